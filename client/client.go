@@ -1,0 +1,161 @@
+// Package client is what a worker calls before each event: Wait blocks until
+// the event may go, Reserve says how long to wait or sheds at once.
+//
+// A Client paces through a Backend, normally the *node.Node the worker
+// embeds:
+//
+//	n, err := node.New(cfg)
+//	...
+//	c := client.New(n)
+//	if err := c.Wait(ctx, "google-images"); err != nil {
+//		return err // ctx ended, or no limit is set for the key
+//	}
+//	fetch()
+//
+// Every method is safe for concurrent use. Waits are measured on this
+// process's monotonic clock from the moment the grant arrives, which errs on
+// the slow side: a grant is never used before the leader meant it. Nor much
+// after: a grant must be used within the node's UseGrace of its time, and
+// Wait forfeits (and asks again for) a slot it woke up too late to use.
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node"
+)
+
+// Limit is a key's rate (events per second) and burst.
+type Limit = fsm.Limit
+
+// Errors, shared with package node; test with errors.Is.
+var (
+	// ErrLimitExceeded: the wait would exceed the maximum the caller allowed
+	// (Reserve's maxWait, or the context's deadline for Wait). Nothing was
+	// consumed. errors.As to *node.LimitExceededError gives the wait.
+	ErrLimitExceeded = node.ErrLimitExceeded
+	// ErrUnknownKey: no limit is set for the key; raftpace never admits an
+	// event for a key it has no rate for.
+	ErrUnknownKey = node.ErrUnknownKey
+	// ErrNoLeader: no leader could be reached before the context ended.
+	ErrNoLeader = node.ErrNoLeader
+	// ErrClosed: the node is closed.
+	ErrClosed = node.ErrClosed
+	// ErrInvalidRequest: a key, count or limit was invalid.
+	ErrInvalidRequest = node.ErrInvalidRequest
+)
+
+// LimitExceededError carries the wait that exceeded the caller's maximum.
+type LimitExceededError = node.LimitExceededError
+
+// Reservation is a grant: use the events at At, and no later than UseBy.
+type Reservation = node.Reservation
+
+// Backend grants reservations and stores limits. *node.Node implements it.
+type Backend interface {
+	Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (node.Reservation, error)
+	Forfeit(node.Reservation)
+	SetLimit(ctx context.Context, key string, lim fsm.Limit) error
+	Limit(ctx context.Context, key string) (fsm.Limit, error)
+	Limits(ctx context.Context) (map[string]fsm.Limit, error)
+}
+
+// Client paces a worker's events through a Backend.
+type Client struct {
+	b Backend
+}
+
+// New returns a Client that paces through b.
+func New(b Backend) *Client { return &Client{b: b} }
+
+// noDeadline is the longest a Wait without a context deadline may queue.
+const noDeadline = 10 * time.Minute
+
+// Wait blocks until one event of key may go. It is WaitN(ctx, key, 1).
+func (c *Client) Wait(ctx context.Context, key string) error { return c.WaitN(ctx, key, 1) }
+
+// WaitN blocks until n events of key may go at once (n must not exceed the
+// key's burst). If the context has a deadline that the wait would pass, it
+// returns ErrLimitExceeded at once without consuming anything. If the
+// context ends while waiting, the reserved events are forfeited (never
+// handed to another caller), and WaitN returns the context's error. If this
+// goroutine wakes too late to use its slot (past UseBy: an overloaded host),
+// it forfeits the slot and reserves again.
+func (c *Client) WaitN(ctx context.Context, key string, n int) error {
+	var deadline time.Time
+	if dl, ok := ctx.Deadline(); ok {
+		deadline = dl
+	} else {
+		deadline = time.Now().Add(noDeadline)
+	}
+	for {
+		maxWait := time.Until(deadline)
+		if maxWait < 0 {
+			return fmt.Errorf("client: wait %q: %w", key, context.DeadlineExceeded)
+		}
+		r, err := c.b.Reserve(ctx, key, n, maxWait)
+		if err != nil {
+			return fmt.Errorf("client: wait %q: %w", key, err)
+		}
+		if d := time.Until(r.At); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				c.b.Forfeit(r)
+				return fmt.Errorf("client: wait %q: %w", key, ctx.Err())
+			}
+		}
+		if !time.Now().After(r.UseBy) {
+			return nil
+		}
+		c.b.Forfeit(r)
+	}
+}
+
+// Reserve reserves one event of key and returns how long the caller must
+// wait before using it. If that would exceed maxWait, it consumes nothing
+// and returns an error wrapping ErrLimitExceeded (shed instead of sleeping).
+// The caller must use the event within the node's UseGrace after the delay
+// ends (ReserveN returns the exact deadline); Wait does this for you.
+func (c *Client) Reserve(ctx context.Context, key string, maxWait time.Duration) (time.Duration, error) {
+	r, err := c.ReserveN(ctx, key, 1, maxWait)
+	if err != nil {
+		return 0, err
+	}
+	return r.Delay(), nil
+}
+
+// ReserveN reserves n events used at once and returns the grant: use them at
+// r.At, no later than r.UseBy (else call Forfeit and reserve again).
+func (c *Client) ReserveN(ctx context.Context, key string, n int, maxWait time.Duration) (Reservation, error) {
+	r, err := c.b.Reserve(ctx, key, n, maxWait)
+	if err != nil {
+		return Reservation{}, fmt.Errorf("client: reserve %q: %w", key, err)
+	}
+	return r, nil
+}
+
+// Forfeit tells the node a reservation went unused (for its counters). The
+// slot is not given to anyone else.
+func (c *Client) Forfeit(r Reservation) { c.b.Forfeit(r) }
+
+// SetLimit sets key's rate and burst for the whole cluster; when it returns
+// the limit is committed and visible to reads through this client.
+func (c *Client) SetLimit(ctx context.Context, key string, lim Limit) error {
+	return c.b.SetLimit(ctx, key, lim)
+}
+
+// Limit returns key's limit, or an error wrapping ErrUnknownKey.
+func (c *Client) Limit(ctx context.Context, key string) (Limit, error) {
+	return c.b.Limit(ctx, key)
+}
+
+// Limits returns every key's limit.
+func (c *Client) Limits(ctx context.Context) (map[string]Limit, error) {
+	return c.b.Limits(ctx)
+}

@@ -1,0 +1,104 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node"
+)
+
+// fakeBackend answers reservations from a script.
+type fakeBackend struct {
+	mu        sync.Mutex
+	grants    []node.Reservation
+	errs      []error
+	maxWaits  []time.Duration
+	forfeited int
+}
+
+func (f *fakeBackend) Reserve(_ context.Context, key string, count int, maxWait time.Duration) (node.Reservation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.maxWaits = append(f.maxWaits, maxWait)
+	if len(f.errs) > 0 {
+		err := f.errs[0]
+		f.errs = f.errs[1:]
+		if err != nil {
+			return node.Reservation{}, err
+		}
+	}
+	g := f.grants[0]
+	f.grants = f.grants[1:]
+	return g, nil
+}
+func (f *fakeBackend) Forfeit(node.Reservation) {
+	f.mu.Lock()
+	f.forfeited++
+	f.mu.Unlock()
+}
+func (f *fakeBackend) SetLimit(context.Context, string, fsm.Limit) error { return nil }
+func (f *fakeBackend) Limit(context.Context, string) (fsm.Limit, error)  { return fsm.Limit{}, nil }
+func (f *fakeBackend) Limits(context.Context) (map[string]fsm.Limit, error) {
+	return nil, nil
+}
+
+// A grant whose UseBy has passed when the waiter wakes is forfeited and a
+// new one reserved: a late slot is never used.
+func TestWait_ForfeitsSlotWokenTooLate(t *testing.T) {
+	now := time.Now()
+	f := &fakeBackend{grants: []node.Reservation{
+		{At: now, UseBy: now.Add(-time.Millisecond)}, // already too late
+		{At: now, UseBy: now.Add(time.Hour)},
+	}}
+	if err := New(f).Wait(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if f.forfeited != 1 || len(f.maxWaits) != 2 {
+		t.Errorf("forfeited %d, reservations %d; want 1 and 2", f.forfeited, len(f.maxWaits))
+	}
+}
+
+func TestWait_CancelForfeits(t *testing.T) {
+	now := time.Now()
+	f := &fakeBackend{grants: []node.Reservation{{At: now.Add(time.Hour), UseBy: now.Add(2 * time.Hour)}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	err := New(f).Wait(ctx, "k")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	if f.forfeited != 1 {
+		t.Errorf("forfeited %d, want 1", f.forfeited)
+	}
+}
+
+// Wait passes the context's deadline as the maximum wait, so the node can
+// shed at once instead of queueing past it.
+func TestWait_DeadlineIsMaxWait(t *testing.T) {
+	f := &fakeBackend{errs: []error{&node.LimitExceededError{Key: "k", Wait: time.Second}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err := New(f).Wait(ctx, "k")
+	if !errors.Is(err, ErrLimitExceeded) {
+		t.Fatalf("got %v, want ErrLimitExceeded", err)
+	}
+	if mw := f.maxWaits[0]; mw <= 0 || mw > 200*time.Millisecond {
+		t.Errorf("max wait %v, want the time to the deadline", mw)
+	}
+}
+
+func TestReserve_ReturnsDelay(t *testing.T) {
+	now := time.Now()
+	f := &fakeBackend{grants: []node.Reservation{{At: now.Add(300 * time.Millisecond), UseBy: now.Add(time.Second)}}}
+	d, err := New(f).Reserve(context.Background(), "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d <= 200*time.Millisecond || d > 300*time.Millisecond {
+		t.Errorf("delay %v, want about 300ms", d)
+	}
+}

@@ -1,0 +1,79 @@
+// Package fsm is the replicated, deterministic state of a raftpace cluster
+// and the codec of the commands that change it.
+//
+// The state (State) holds the limit of each key, the committed horizon of
+// each key, the members of the cluster with their fallback fractions, and
+// the index of the last applied raft log entry. Commands (SetLimit,
+// DeleteLimit, ExtendHorizons, UpsertMember, RemoveMember) are encoded by
+// Encode into raft log entries and decoded by Decode; State.Apply applies
+// one at its log index. Package node wraps State in a raft.FSM, because it
+// also records the local time at which each horizon entry was applied, and
+// that needs a clock; this package reads no clock, does no I/O beyond the
+// snapshot reader and writer, and logs nothing.
+//
+//	b, err := fsm.Encode(fsm.SetLimit{Key: "google-images", Limit: fsm.Limit{Rate: 10, Burst: 5}})
+//	// ... b goes through raft; on every replica:
+//	c, err := fsm.Decode(entry.Data)
+//	err = state.Apply(entry.Index, c)
+//
+// # Promises
+//
+// Determinism: replicas that apply the same commands at the same indexes
+// hold equal states, and equal states write byte-identical snapshots.
+// Apply reads no clock and no randomness, and nothing this package outputs
+// depends on map order (snapshots and Members are sorted).
+//
+// Validation: keys and node ids follow ValidateKey and ValidateID; limits
+// follow Limit.Validate; members follow Member.Validate; an ExtendHorizons
+// holds 1..MaxHorizonEntries entries with distinct keys, each with
+// 0 < Ahead <= MaxHorizonAhead. Encode never encodes an invalid command,
+// Decode never returns one, and Apply checks again and rejects an invalid
+// command without changing anything. Errors wrap the sentinels declared in
+// errors.go and name the field, its value and the rule. The character
+// rules are fixed lists in this package, not the Unicode tables of the Go
+// release, so replicas built with different toolchains agree.
+//
+// Robustness: Decode and State.Restore never panic on any input, bound
+// every length and count by the bytes that remain before allocating, and
+// are fuzzed (FuzzDecode, FuzzRestore).
+//
+// # Command encoding, version 1
+//
+// Every encoding is canonical: a valid command has exactly one encoding,
+// and Decode accepts nothing else (so anything it accepts re-encodes to the
+// same bytes).
+//
+//	byte 0     codec version, 1
+//	byte 1     command type
+//	byte 2...  fields of the type, in order:
+//
+//	1 SetLimit        Key:str  Rate:f64  Burst:varint
+//	2 DeleteLimit     Key:str
+//	3 ExtendHorizons  count:uvarint (1..65536), then count times: Key:str Ahead:varint
+//	4 UpsertMember    ID:str  Addr:str  Fraction:f64
+//	5 RemoveMember    ID:str
+//
+//	str     uvarint byte length, then the bytes (UTF-8)
+//	f64     8 bytes, big-endian IEEE 754 bits
+//	varint  zigzag varint (encoding/binary.AppendVarint); durations in nanoseconds
+//	uvarint encoding/binary.AppendUvarint
+//
+// Varints must be minimal. Nothing may follow the last field. A version
+// other than 1 is ErrInvalidCommand; an unknown type is ErrUnknownCommand
+// (later versions may add types; numbers are never reused).
+//
+// # Snapshot format, version 1
+//
+//	"RPSN"                       4 bytes magic
+//	version                      1 byte, 1
+//	applied index                uvarint
+//	limit count                  uvarint, then per limit sorted by key:    Key:str Rate:f64 Burst:varint
+//	horizon count                uvarint, then per horizon sorted by key:  Key:str Ahead:varint
+//	member count                 uvarint, then per member sorted by ID:    ID:str Addr:str Fraction:f64
+//	CRC-32C                      4 bytes big-endian, Castagnoli, of every byte before it
+//
+// Keys and ids are sorted by byte value and unique. Restore verifies the
+// checksum, every field (with the same validation as commands) and the
+// order, reads at most MaxSnapshotSize bytes, and rejects anything else
+// with ErrInvalidSnapshot, leaving the state as it was.
+package fsm

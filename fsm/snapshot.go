@@ -1,0 +1,326 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+const (
+	snapshotMagic   = "RPSN"
+	snapshotVersion = 1
+	snapshotChunk   = 64 << 10 // bytes buffered between writes to the sink
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// maxSnapshotRead is MaxSnapshotSize; a variable so tests can lower it.
+var maxSnapshotRead = MaxSnapshotSize
+
+// Snapshot is a point-in-time copy of a State, taken by State.Snapshot. It
+// implements raft.FSMSnapshot. Its methods are safe for concurrent use.
+type Snapshot struct {
+	applied  uint64
+	limits   []keyLimit
+	horizons []keyHorizon
+	members  []Member
+
+	sortOnce sync.Once
+}
+
+type keyLimit struct {
+	key   string
+	limit Limit
+}
+
+type keyHorizon struct {
+	key   string
+	ahead time.Duration
+}
+
+var _ raft.FSMSnapshot = (*Snapshot)(nil)
+
+// Snapshot copies the state under the lock and returns it; encoding and
+// sorting happen later, in Persist or WriteTo, outside the lock.
+func (s *State) Snapshot() *Snapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p := &Snapshot{
+		applied:  s.applied,
+		limits:   make([]keyLimit, 0, len(s.limits)),
+		horizons: make([]keyHorizon, 0, len(s.horizons)),
+		members:  make([]Member, 0, len(s.members)),
+	}
+	for k, l := range s.limits {
+		p.limits = append(p.limits, keyLimit{k, l})
+	}
+	for k, d := range s.horizons {
+		p.horizons = append(p.horizons, keyHorizon{k, d})
+	}
+	for _, m := range s.members {
+		p.members = append(p.members, m)
+	}
+	return p
+}
+
+// AppliedIndex returns the applied index of the State when the snapshot was
+// taken.
+func (p *Snapshot) AppliedIndex() uint64 { return p.applied }
+
+func (p *Snapshot) sort() {
+	p.sortOnce.Do(func() {
+		slices.SortFunc(p.limits, func(a, b keyLimit) int { return strings.Compare(a.key, b.key) })
+		slices.SortFunc(p.horizons, func(a, b keyHorizon) int { return strings.Compare(a.key, b.key) })
+		slices.SortFunc(p.members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	})
+}
+
+// Persist writes the snapshot encoding (see the package doc) to sink and
+// closes it. On any error it calls sink.Cancel instead and returns the
+// error.
+func (p *Snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := p.WriteTo(sink); err != nil {
+		if cerr := sink.Cancel(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cancel sink: %w", cerr))
+		}
+		return fmt.Errorf("fsm: persist snapshot: %w", err)
+	}
+	if err := sink.Close(); err != nil {
+		return fmt.Errorf("fsm: persist snapshot: close sink: %w", err)
+	}
+	return nil
+}
+
+// Release does nothing: a Snapshot holds only memory.
+func (p *Snapshot) Release() {}
+
+// WriteTo writes the snapshot encoding to w and returns the number of bytes
+// written. Equal states give identical bytes.
+func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	p.sort()
+	e := &snapshotWriter{w: w, buf: make([]byte, 0, min(p.sizeHint(), snapshotChunk+2*MaxAddrLen+64))}
+	e.buf = append(e.buf, snapshotMagic...)
+	e.buf = append(e.buf, snapshotVersion)
+	e.buf = binary.AppendUvarint(e.buf, p.applied)
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(p.limits)))
+	for _, kl := range p.limits {
+		e.buf = appendString(e.buf, kl.key)
+		e.buf = appendFloat(e.buf, kl.limit.Rate)
+		e.buf = binary.AppendVarint(e.buf, int64(kl.limit.Burst))
+		e.maybeFlush()
+	}
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(p.horizons)))
+	for _, kh := range p.horizons {
+		e.buf = appendString(e.buf, kh.key)
+		e.buf = binary.AppendVarint(e.buf, int64(kh.ahead))
+		e.maybeFlush()
+	}
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(p.members)))
+	for _, m := range p.members {
+		e.buf = appendMember(e.buf, m)
+		e.maybeFlush()
+	}
+	e.flush()
+	if e.err == nil {
+		var trailer [4]byte
+		binary.BigEndian.PutUint32(trailer[:], e.crc)
+		e.buf = append(e.buf, trailer[:]...)
+		e.write()
+	}
+	return e.n, e.err
+}
+
+// sizeHint is an upper bound on the encoded size of p, to size the first
+// buffer.
+func (p *Snapshot) sizeHint() int {
+	const varint = binary.MaxVarintLen64
+	n := len(snapshotMagic) + 1 + 4*varint + 4
+	for _, kl := range p.limits {
+		n += varint + len(kl.key) + 8 + varint
+	}
+	for _, kh := range p.horizons {
+		n += varint + len(kh.key) + varint
+	}
+	for _, m := range p.members {
+		n += 2*varint + len(m.ID) + len(m.Addr) + 8
+	}
+	return n
+}
+
+// snapshotWriter buffers the encoding, feeds it to the checksum and writes
+// it in chunks.
+type snapshotWriter struct {
+	w   io.Writer
+	buf []byte
+	crc uint32
+	n   int64
+	err error
+}
+
+func (e *snapshotWriter) maybeFlush() {
+	if len(e.buf) >= snapshotChunk {
+		e.flush()
+	}
+}
+
+// flush checksums and writes the buffer.
+func (e *snapshotWriter) flush() {
+	e.crc = crc32.Update(e.crc, castagnoli, e.buf)
+	e.write()
+}
+
+// write writes the buffer without checksumming it.
+func (e *snapshotWriter) write() {
+	if e.err == nil && len(e.buf) > 0 {
+		var n int
+		n, e.err = e.w.Write(e.buf)
+		e.n += int64(n)
+		if e.err == nil && n != len(e.buf) {
+			e.err = io.ErrShortWrite
+		}
+	}
+	e.buf = e.buf[:0]
+}
+
+// Restore replaces all of the state (limits, horizons, members and applied
+// index) with the snapshot read from r, which must be the exact output of
+// Snapshot.WriteTo or Persist and no larger than MaxSnapshotSize bytes.
+//
+// A snapshot that is not valid (bad magic or version, checksum mismatch,
+// truncation, trailing bytes, an invalid or out-of-order entry) gives an
+// error wrapping ErrInvalidSnapshot; an error reading r is returned
+// wrapped. Either way the state is unchanged: Restore decodes into new
+// maps and swaps them in only when the whole snapshot is good.
+//
+// The node treats every horizon of a restored snapshot as applied at the
+// moment of restore.
+func (s *State) Restore(r io.Reader) error {
+	data, err := io.ReadAll(io.LimitReader(r, int64(maxSnapshotRead)+1))
+	if err != nil {
+		return fmt.Errorf("fsm: restore: read snapshot: %w", err)
+	}
+	n, err := decodeSnapshot(data)
+	if err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applied, s.limits, s.horizons, s.members = n.applied, n.limits, n.horizons, n.members
+	return nil
+}
+
+// decodeSnapshot parses a whole snapshot into a new State (not yet shared,
+// so its mutex is not needed).
+func decodeSnapshot(data []byte) (*State, error) {
+	const header = len(snapshotMagic) + 1
+	const trailer = 4
+	fail := func(format string, args ...any) (*State, error) {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidSnapshot, fmt.Errorf(format, args...))
+	}
+	if len(data) > maxSnapshotRead {
+		return fail("larger than the maximum %d bytes (MaxSnapshotSize)", maxSnapshotRead)
+	}
+	if len(data) < header+3+trailer { // applied index and three counts: 1 byte each at least
+		return fail("%d bytes: too short", len(data))
+	}
+	if string(data[:len(snapshotMagic)]) != snapshotMagic {
+		return fail("magic %q: want %q", data[:len(snapshotMagic)], snapshotMagic)
+	}
+	if v := data[len(snapshotMagic)]; v != snapshotVersion {
+		return fail("version %d: this build reads version %d", v, snapshotVersion)
+	}
+	body := data[:len(data)-trailer]
+	want := binary.BigEndian.Uint32(data[len(data)-trailer:])
+	if got := crc32.Checksum(body, castagnoli); got != want {
+		return fail("checksum mismatch: trailer says %#08x, content gives %#08x (corrupt or truncated)", want, got)
+	}
+
+	d := &decoder{b: body, off: header}
+	st := New()
+	st.applied = d.uvarint("applied index")
+
+	// Minimum encoded sizes bound each count by the bytes that remain.
+	const minLimit = 1 + 1 + 8 + 1  // key length, 1-byte key, rate, burst
+	const minHorizon = 1 + 1 + 1    // key length, 1-byte key, ahead
+	const minMember = 1 + 1 + 1 + 8 // id length, 1-byte id, addr length, fraction
+
+	n := d.count("limits", math.MaxInt, minLimit)
+	if d.err == nil {
+		st.limits = make(map[string]Limit, n)
+	}
+	prev := ""
+	for i := 0; i < n && d.err == nil; i++ {
+		key := d.str("limit key", MaxKeyLen)
+		l := Limit{Rate: d.float("limit rate"), Burst: d.int("limit burst")}
+		if d.err != nil {
+			break
+		}
+		if err := errors.Join(append([]error{validateKey(key)}, l.problems()...)...); err != nil {
+			return fail("limit %d: %w", i, err)
+		}
+		if i > 0 && key <= prev {
+			return fail("limit %d key %s: not after the previous key %s (keys must be sorted and unique)", i, quote(key), quote(prev))
+		}
+		st.limits[key], prev = l, key
+	}
+
+	n = d.count("horizons", math.MaxInt, minHorizon)
+	if d.err == nil {
+		st.horizons = make(map[string]time.Duration, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		key := d.str("horizon key", MaxKeyLen)
+		ahead := time.Duration(d.varint("horizon ahead"))
+		if d.err != nil {
+			break
+		}
+		if err := validateKey(key); err != nil {
+			return fail("horizon %d: %w", i, err)
+		}
+		if err := validateAhead(ahead); err != nil {
+			return fail("horizon %d key %s: %w", i, quote(key), err)
+		}
+		if i > 0 && key <= prev {
+			return fail("horizon %d key %s: not after the previous key %s (keys must be sorted and unique)", i, quote(key), quote(prev))
+		}
+		st.horizons[key], prev = ahead, key
+	}
+
+	n = d.count("members", math.MaxInt, minMember)
+	if d.err == nil {
+		st.members = make(map[string]Member, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		m := d.member()
+		if d.err != nil {
+			break
+		}
+		if err := errors.Join(m.problems()...); err != nil {
+			return fail("member %d: %w", i, err)
+		}
+		if m.Fraction == 0 && math.Signbit(m.Fraction) {
+			return fail("member %d id %s: Fraction is negative zero (not canonical)", i, quote(m.ID))
+		}
+		if i > 0 && m.ID <= prev {
+			return fail("member %d id %s: not after the previous id %s (ids must be sorted and unique)", i, quote(m.ID), quote(prev))
+		}
+		st.members[m.ID], prev = m, m.ID
+	}
+
+	if d.err != nil {
+		return fail("%w", d.err)
+	}
+	if d.off != len(body) {
+		return fail("%d unexpected bytes before the checksum at offset %d", len(body)-d.off, d.off)
+	}
+	return st, nil
+}

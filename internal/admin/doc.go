@@ -1,0 +1,50 @@
+// Package admin is the local HTTP admin API of a raftpace agent and the
+// client the operator's commands use to call it.
+//
+// An agent serves NewHandler(n) on its --http address (default
+// 127.0.0.1:7402). The API speaks JSON and is meant for the local operator:
+// it has no authentication, so bind it to loopback or a private interface.
+//
+// # Routes
+//
+//	GET  /v1/status        the node's view of the cluster (node.Status)
+//	GET  /v1/limits        {"limits":{"KEY":{"rate":R,"burst":B},...}}
+//	GET  /v1/limits/KEY    {"key":"KEY","rate":R,"burst":B}
+//	PUT  /v1/limits/KEY    body {"rate":R,"burst":B}; burst defaults to 1.
+//	                       Answers like GET once the limit is committed.
+//	POST /v1/join          body {"addrs":["host:port",...]} (gossip
+//	                       addresses); answers {"contacted":N}
+//	POST /v1/leave         the node leaves the cluster (raft and gossip)
+//	                       and closes, then the answer {"status":"left"};
+//	                       on an error the node has not left and still runs
+//
+// KEY is one path segment, percent-escaped (url.PathEscape): a key may hold
+// '/', '?', '%' or non-ASCII characters. The server does not clean the path,
+// so keys such as "." and ".." are addressed like any other. Keys follow
+// fsm.ValidateKey.
+//
+// # Errors
+//
+// Every error answer is a JSON object {"error":"message"} with status
+//
+//	400  invalid input: a key or limit that fails validation (the message is
+//	     fsm's, naming the field and the rule), malformed JSON, unknown
+//	     fields, trailing data, a body over 64 KiB (MaxBodyBytes)
+//	404  no limit is set for the key (node.ErrUnknownKey), or no such route
+//	405  the route exists but not for this method (see the Allow header)
+//	503  no leader could be reached (node.ErrNoLeader), the node is closed,
+//	     or the request's time (RequestTimeout, 10 s) ran out
+//	500  anything else
+//
+// # Client
+//
+// Client calls the API; its errors carry the server's message and, through
+// *Error, unwrap to node.ErrInvalidRequest (400), node.ErrUnknownKey (404)
+// or node.ErrNoLeader (503). When the agent cannot be reached at all the
+// error wraps ErrUnreachable and says so:
+//
+//	c := &admin.Client{Addr: "127.0.0.1:7402"}
+//	if err := c.SetLimit(ctx, "acme", fsm.Limit{Rate: 20, Burst: 5}); err != nil {
+//		return err // e.g. `fsm: invalid limit: Rate 0: must be > 0`
+//	}
+package admin

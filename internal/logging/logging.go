@@ -1,0 +1,118 @@
+// Package logging routes the logs of hashicorp/raft (hclog) and
+// hashicorp/memberlist (a standard *log.Logger) into log/slog, so that a node
+// has one logger, one format and its node id on every line.
+package logging
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log"
+	"log/slog"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Discard returns a logger that drops everything: the default of every Config.
+func Discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// HCLog adapts l to hclog.Logger for hashicorp/raft.
+func HCLog(l *slog.Logger, name string) hclog.Logger {
+	return &hcAdapter{l: l.With("component", name), name: name}
+}
+
+type hcAdapter struct {
+	l       *slog.Logger
+	name    string
+	implied []any
+}
+
+func toSlog(level hclog.Level) slog.Level {
+	switch level {
+	case hclog.Trace:
+		return slog.LevelDebug - 4
+	case hclog.Debug:
+		return slog.LevelDebug
+	case hclog.Warn:
+		return slog.LevelWarn
+	case hclog.Error:
+		return slog.LevelError
+	default:
+		return slog.LevelInfo
+	}
+}
+
+func (a *hcAdapter) Log(level hclog.Level, msg string, args ...any) {
+	a.l.Log(context.Background(), toSlog(level), msg, args...)
+}
+func (a *hcAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }
+func (a *hcAdapter) Debug(msg string, args ...any) { a.Log(hclog.Debug, msg, args...) }
+func (a *hcAdapter) Info(msg string, args ...any)  { a.Log(hclog.Info, msg, args...) }
+func (a *hcAdapter) Warn(msg string, args ...any)  { a.Log(hclog.Warn, msg, args...) }
+func (a *hcAdapter) Error(msg string, args ...any) { a.Log(hclog.Error, msg, args...) }
+func (a *hcAdapter) enabled(level hclog.Level) bool {
+	return a.l.Enabled(context.Background(), toSlog(level))
+}
+func (a *hcAdapter) IsTrace() bool      { return a.enabled(hclog.Trace) }
+func (a *hcAdapter) IsDebug() bool      { return a.enabled(hclog.Debug) }
+func (a *hcAdapter) IsInfo() bool       { return a.enabled(hclog.Info) }
+func (a *hcAdapter) IsWarn() bool       { return a.enabled(hclog.Warn) }
+func (a *hcAdapter) IsError() bool      { return a.enabled(hclog.Error) }
+func (a *hcAdapter) ImpliedArgs() []any { return a.implied }
+func (a *hcAdapter) With(args ...any) hclog.Logger {
+	return &hcAdapter{l: a.l.With(args...), name: a.name, implied: append(append([]any(nil), a.implied...), args...)}
+}
+func (a *hcAdapter) Name() string { return a.name }
+func (a *hcAdapter) Named(name string) hclog.Logger {
+	n := name
+	if a.name != "" {
+		n = a.name + "." + name
+	}
+	return &hcAdapter{l: a.l.With("subsystem", name), name: n, implied: a.implied}
+}
+func (a *hcAdapter) ResetNamed(name string) hclog.Logger {
+	return &hcAdapter{l: a.l, name: name, implied: a.implied}
+}
+
+// SetLevel is ignored: the slog handler decides what is printed.
+func (a *hcAdapter) SetLevel(hclog.Level) {}
+func (a *hcAdapter) GetLevel() hclog.Level {
+	for _, lv := range []hclog.Level{hclog.Trace, hclog.Debug, hclog.Info, hclog.Warn} {
+		if a.enabled(lv) {
+			return lv
+		}
+	}
+	return hclog.Error
+}
+func (a *hcAdapter) StandardLogger(*hclog.StandardLoggerOptions) *log.Logger {
+	return StdLogger(a.l)
+}
+func (a *hcAdapter) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
+	return &levelWriter{l: a.l}
+}
+
+// StdLogger returns a *log.Logger whose lines are parsed for hashicorp's
+// "[LEVEL] " prefixes (as memberlist writes them) and logged at that level.
+func StdLogger(l *slog.Logger) *log.Logger {
+	return log.New(&levelWriter{l: l}, "", 0)
+}
+
+type levelWriter struct{ l *slog.Logger }
+
+func (w *levelWriter) Write(p []byte) (int, error) {
+	msg := string(bytes.TrimRight(p, "\r\n"))
+	level := slog.LevelInfo
+	for prefix, lv := range map[string]slog.Level{
+		"[TRACE]": slog.LevelDebug - 4, "[DEBUG]": slog.LevelDebug, "[INFO]": slog.LevelInfo,
+		"[WARN]": slog.LevelWarn, "[ERR]": slog.LevelError, "[ERROR]": slog.LevelError,
+	} {
+		if i := strings.Index(msg, prefix); i >= 0 && i < 32 {
+			level = lv
+			msg = strings.TrimSpace(msg[i+len(prefix):])
+			break
+		}
+	}
+	w.l.Log(context.Background(), level, msg)
+	return len(p), nil
+}

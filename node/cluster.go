@@ -1,0 +1,516 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/logging"
+)
+
+// meta is what a node gossips about itself.
+type meta struct {
+	Addr         string `json:"a"`           // raft + RPC address
+	Expect       int    `json:"e,omitempty"` // its BootstrapExpect
+	Bootstrapped bool   `json:"b,omitempty"` // it holds raft state or knows a leader
+}
+
+// gossip wraps memberlist: discovery and failure detection. Gossip carries
+// only addresses and flags; limits and horizons travel through raft.
+type gossip struct {
+	n      *Node
+	ml     *memberlist.Memberlist
+	advert string // our gossip address, fixed at creation
+
+	mu           sync.Mutex
+	bootstrapped bool
+	members      map[string]gossipMember
+	kick         chan struct{}
+}
+
+type gossipMember struct {
+	meta   meta
+	gossip string
+	state  memberlist.NodeStateType
+	seen   time.Time
+}
+
+func newGossip(n *Node) (*gossip, error) {
+	g := &gossip{n: n, members: make(map[string]gossipMember), kick: make(chan struct{}, 1)}
+	hasState := n.raft.LastIndex() > 0
+	g.bootstrapped = hasState
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = n.cfg.NodeID
+	host, port, err := splitHostPort(n.cfg.GossipBindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w: GossipBindAddr: %w", ErrInvalidConfig, err)
+	}
+	mc.BindAddr, mc.BindPort = host, port
+	mc.AdvertiseAddr, mc.AdvertisePort = "", port
+	if n.cfg.GossipAdvertiseAddr != "" {
+		h, p, err := splitHostPort(n.cfg.GossipAdvertiseAddr)
+		if err != nil {
+			return nil, fmt.Errorf("node: %w: GossipAdvertiseAddr: %w", ErrInvalidConfig, err)
+		}
+		mc.AdvertiseAddr, mc.AdvertisePort = h, p
+	}
+	// The label is checked on every packet: another cluster's gossip is
+	// dropped, not merged.
+	mc.Label = n.cfg.ClusterName
+	mc.Delegate = g
+	mc.Events = g
+	mc.Logger = logging.StdLogger(n.log.With("component", "memberlist"))
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("node: gossip: %w", err)
+	}
+	g.ml = ml
+	// LocalNode's fields change under memberlist's lock when our metadata
+	// is updated, and LocalNode does not take it: read the address once.
+	ln := ml.LocalNode()
+	g.advert = net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
+	return g, nil
+}
+
+func splitHostPort(hp string) (string, int, error) {
+	host, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, err
+	}
+	return host, port, nil
+}
+
+func (g *gossip) addr() string { return g.advert }
+
+func (g *gossip) kickNow() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// NodeMeta implements memberlist.Delegate.
+func (g *gossip) NodeMeta(limit int) []byte {
+	g.mu.Lock()
+	m := meta{Addr: g.n.Addr(), Expect: g.n.cfg.BootstrapExpect, Bootstrapped: g.bootstrapped}
+	g.mu.Unlock()
+	b, _ := json.Marshal(m)
+	if len(b) > limit {
+		return nil
+	}
+	return b
+}
+
+func (g *gossip) NotifyMsg([]byte)                           {}
+func (g *gossip) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (g *gossip) LocalState(join bool) []byte                { return nil }
+func (g *gossip) MergeRemoteState(buf []byte, join bool)     {}
+
+// NotifyJoin, NotifyLeave and NotifyUpdate implement memberlist.EventDelegate.
+func (g *gossip) NotifyJoin(node *memberlist.Node)   { g.observe(node) }
+func (g *gossip) NotifyLeave(node *memberlist.Node)  { g.observe(node) }
+func (g *gossip) NotifyUpdate(node *memberlist.Node) { g.observe(node) }
+
+func (g *gossip) observe(node *memberlist.Node) {
+	var m meta
+	if len(node.Meta) > 0 {
+		if err := json.Unmarshal(node.Meta, &m); err != nil {
+			g.n.log.Warn("ignoring gossip member with unreadable metadata", "member", node.Name, "err", err)
+			return
+		}
+	}
+	g.mu.Lock()
+	g.members[node.Name] = gossipMember{
+		meta:   m,
+		gossip: net.JoinHostPort(node.Addr.String(), strconv.Itoa(int(node.Port))),
+		state:  node.State,
+		seen:   time.Now(),
+	}
+	g.mu.Unlock()
+	g.n.log.Debug("gossip member", "member", node.Name, "state", stateName(node.State), "addr", m.Addr)
+	g.kickNow()
+}
+
+func (g *gossip) snapshot() map[string]gossipMember {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(map[string]gossipMember, len(g.members))
+	for k, v := range g.members {
+		out[k] = v
+	}
+	return out
+}
+
+// markBootstrapped records that this node belongs to a formed cluster and
+// tells the others, so none of them bootstraps a second one.
+func (g *gossip) markBootstrapped() {
+	g.mu.Lock()
+	changed := !g.bootstrapped
+	g.bootstrapped = true
+	g.mu.Unlock()
+	if changed {
+		if err := g.ml.UpdateNode(time.Second); err != nil {
+			g.n.log.Debug("gossip meta update", "err", err)
+		}
+	}
+}
+
+func stateName(s memberlist.NodeStateType) string {
+	switch s {
+	case memberlist.StateAlive:
+		return "alive"
+	case memberlist.StateSuspect:
+		return "suspect"
+	case memberlist.StateDead:
+		return "dead"
+	case memberlist.StateLeft:
+		return "left"
+	}
+	return "unknown"
+}
+
+// joinLoop contacts the configured gossip addresses until one answers.
+func (n *Node) joinLoop(addrs []string) {
+	defer n.wg.Done()
+	backoff := 100 * time.Millisecond
+	for {
+		count, err := n.gossip.ml.Join(addrs)
+		if count > 0 {
+			n.log.Info("joined gossip", "contacted", count)
+			return
+		}
+		n.log.Warn("join: no gossip address answered; retrying", "addrs", addrs, "err", err, "in", backoff)
+		if sleepCtx(context.Background(), n.ctx, backoff) != nil {
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// bootstrapLoop forms the cluster once BootstrapExpect nodes that expect the
+// same number see each other and none of them has state or a leader. Every
+// node computes the same configuration (the expected number of lowest ids),
+// so whichever bootstraps first, they agree.
+func (n *Node) bootstrapLoop() {
+	defer n.wg.Done()
+	expect := n.cfg.BootstrapExpect
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+		case <-n.gossip.kick:
+		}
+		if n.raft.LastIndex() > 0 || leaderKnown(n.raft) {
+			n.gossip.markBootstrapped()
+			return
+		}
+		var ids []string
+		members := n.gossip.snapshot()
+		other := false
+		for id, m := range members {
+			if m.state != memberlist.StateAlive {
+				continue
+			}
+			if m.meta.Bootstrapped && id != n.cfg.NodeID {
+				other = true
+			}
+			if m.meta.Expect == expect && m.meta.Addr != "" {
+				ids = append(ids, id)
+			}
+		}
+		if other {
+			// A formed cluster exists: wait to be added by its leader.
+			n.log.Info("a formed cluster is in gossip; waiting to be added instead of bootstrapping")
+			n.gossip.markBootstrapped()
+			return
+		}
+		if len(ids) < expect {
+			continue
+		}
+		sort.Strings(ids)
+		ids = ids[:expect]
+		var servers []raft.Server
+		self := false
+		for i, id := range ids {
+			suffrage := raft.Voter
+			if i >= n.cfg.Voters {
+				suffrage = raft.Nonvoter
+			}
+			servers = append(servers, raft.Server{Suffrage: suffrage, ID: raft.ServerID(id), Address: raft.ServerAddress(members[id].meta.Addr)})
+			self = self || id == n.cfg.NodeID
+		}
+		if !self {
+			n.log.Info("enough nodes to bootstrap, this one not among the first; waiting to be added", "ids", ids)
+			n.gossip.markBootstrapped()
+			return
+		}
+		err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+		if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			n.log.Error("bootstrap failed", "err", err)
+			continue
+		}
+		n.log.Info("bootstrapped cluster", "servers", ids)
+		n.gossip.markBootstrapped()
+		return
+	}
+}
+
+func leaderKnown(r *raft.Raft) bool {
+	addr, _ := r.LeaderWithID()
+	return addr != ""
+}
+
+// reconcileLoop runs on the leader: it makes raft's configuration follow
+// gossip. A live node missing from raft is added (as a voter while there are
+// fewer than Voters, else as a nonvoter); a node that left gracefully is
+// removed; a nonvoter is promoted when voters are missing. A node that fails
+// without leaving stays a member (it may come back).
+func (n *Node) reconcileLoop() {
+	defer n.wg.Done()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+		case <-n.gossip.kick:
+		}
+		if leaderKnown(n.raft) {
+			n.gossip.markBootstrapped()
+		}
+		if !n.pacer.isLeading() {
+			continue
+		}
+		if err := n.reconcile(); err != nil {
+			n.log.Warn("reconcile membership", "err", err)
+		}
+	}
+}
+
+func (n *Node) reconcile() error {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	servers := f.Configuration().Servers
+	inRaft := make(map[string]raft.Server, len(servers))
+	voters := 0
+	for _, s := range servers {
+		inRaft[string(s.ID)] = s
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	members := n.gossip.snapshot()
+	ids := make([]string, 0, len(members))
+	for id := range members {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var errs []error
+	for _, id := range ids {
+		m := members[id]
+		s, known := inRaft[id]
+		switch {
+		case m.state == memberlist.StateLeft && known && id != n.cfg.NodeID:
+			n.log.Info("removing member that left", "member", id)
+			if err := n.raft.RemoveServer(raft.ServerID(id), 0, 5*time.Second).Error(); err != nil {
+				errs = append(errs, fmt.Errorf("remove %s: %w", id, err))
+			} else if s.Suffrage == raft.Voter {
+				voters--
+			}
+		case m.state == memberlist.StateAlive && m.meta.Addr != "" && (!known || string(s.Address) != m.meta.Addr):
+			var err error
+			if voters < n.cfg.Voters || (known && s.Suffrage == raft.Voter) {
+				n.log.Info("adding voter", "member", id, "addr", m.meta.Addr)
+				err = n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Addr), 0, 5*time.Second).Error()
+				if err == nil && !(known && s.Suffrage == raft.Voter) {
+					voters++
+				}
+			} else {
+				n.log.Info("adding nonvoter", "member", id, "addr", m.meta.Addr)
+				err = n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(m.meta.Addr), 0, 5*time.Second).Error()
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("add %s: %w", id, err))
+			}
+		}
+	}
+	// Promote healthy nonvoters while voters are missing.
+	for _, s := range servers {
+		if voters >= n.cfg.Voters {
+			break
+		}
+		m, ok := members[string(s.ID)]
+		if s.Suffrage != raft.Nonvoter || !ok || m.state != memberlist.StateAlive {
+			continue
+		}
+		n.log.Info("promoting nonvoter to voter", "member", s.ID)
+		if err := n.raft.AddVoter(s.ID, s.Address, 0, 5*time.Second).Error(); err != nil {
+			errs = append(errs, fmt.Errorf("promote %s: %w", s.ID, err))
+		} else {
+			voters++
+		}
+	}
+	errs = append(errs, n.syncMembers())
+	return errors.Join(errs...)
+}
+
+// syncMembers keeps the replicated member list equal to raft's configuration.
+func (n *Node) syncMembers() error {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	want := make(map[string]string)
+	for _, s := range f.Configuration().Servers {
+		want[string(s.ID)] = string(s.Address)
+	}
+	have := make(map[string]fsm.Member)
+	for _, m := range n.state.Members() {
+		have[m.ID] = m
+	}
+	var errs []error
+	for id, addr := range want {
+		if m, ok := have[id]; ok && m.Addr == addr {
+			continue
+		}
+		data, err := fsm.Encode(&fsm.UpsertMember{Member: fsm.Member{ID: id, Addr: addr}})
+		if err == nil {
+			err = n.apply(data, 5*time.Second)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("record member %s: %w", id, err))
+		}
+	}
+	for id := range have {
+		if _, ok := want[id]; ok {
+			continue
+		}
+		data, err := fsm.Encode(&fsm.RemoveMember{ID: id})
+		if err == nil {
+			err = n.apply(data, 5*time.Second)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("forget member %s: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeServer removes id from raft; it runs on the leader.
+func (n *Node) removeServer(id string) (uint64, error) {
+	if err := fsm.ValidateID(id); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	if n.raft.State() != raft.Leader {
+		return 0, errNotLeader
+	}
+	f := n.raft.RemoveServer(raft.ServerID(id), 0, 5*time.Second)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return 0, errNotLeader
+		}
+		return 0, fmt.Errorf("node: remove %s: %w", id, err)
+	}
+	return f.Index(), nil
+}
+
+// Join asks the node to contact the given gossip addresses; the cluster's
+// leader then adds it to raft. It returns how many addresses answered.
+func (n *Node) Join(ctx context.Context, addrs []string) (int, error) {
+	if len(addrs) == 0 {
+		return 0, fmt.Errorf("node: join: %w: no addresses", ErrInvalidRequest)
+	}
+	for _, a := range addrs {
+		if _, _, err := splitHostPort(a); err != nil {
+			return 0, fmt.Errorf("node: join: %w: address %q: must be host:port", ErrInvalidRequest, a)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	count, err := n.gossip.ml.Join(addrs)
+	if count == 0 {
+		return 0, fmt.Errorf("node: join %v: no address answered: %w", addrs, err)
+	}
+	return count, nil
+}
+
+// Leave removes this node from the cluster (raft and gossip) and closes it.
+// A leader hands over leadership first.
+func (n *Node) Leave(ctx context.Context) error {
+	if n.closed() {
+		return ErrClosed
+	}
+	if n.raft.State() == raft.Leader {
+		if f := n.raft.GetConfiguration(); f.Error() == nil && len(f.Configuration().Servers) > 1 {
+			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+				n.log.Warn("leadership transfer before leave failed", "err", err)
+			}
+		}
+	}
+	backoff := 10 * time.Millisecond
+	for {
+		err := n.leaveOnce(ctx)
+		if err == nil {
+			break
+		}
+		if !retryable(err) {
+			return err
+		}
+		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
+			return fmt.Errorf("node: leave: %w: %w", ErrNoLeader, err)
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+	if err := n.gossip.ml.Leave(2 * time.Second); err != nil {
+		n.log.Warn("gossip leave", "err", err)
+	}
+	n.log.Info("left the cluster")
+	return n.Close()
+}
+
+func (n *Node) leaveOnce(ctx context.Context) error {
+	if n.raft.State() == raft.Leader {
+		_, err := n.removeServer(n.cfg.NodeID)
+		return err
+	}
+	addr, _ := n.raft.LeaderWithID()
+	if addr == "" {
+		return errRetry
+	}
+	raw, err := n.trans.Call(ctx, string(addr), rpcRemoveServer, removeServerReq{ID: n.cfg.NodeID}.encode())
+	if err != nil {
+		return fmt.Errorf("%w: %w", errRetry, err)
+	}
+	resp, err := decodeIndexResp(raw)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errRetry, err)
+	}
+	if err := errFor(resp.Code, resp.Msg); err != nil {
+		if errors.Is(err, errNotLeader) || resp.Code == codeUnavailable {
+			return fmt.Errorf("%w: %w", errRetry, err)
+		}
+		return fmt.Errorf("node: leave: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,193 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+)
+
+// Config configures a Node. It is validated by New; nothing in it can be
+// changed after the node is built.
+type Config struct {
+	// NodeID names this node in the cluster: unique, stable across restarts
+	// (it is the raft server ID). Same rules as fsm.ValidateID.
+	NodeID string
+	// DataDir holds the raft log, stable store and snapshots. Required.
+	DataDir string
+	// BindAddr is the one TCP address (host:port) carrying raft and raftpace
+	// RPC. Port 0 picks a free port (tests).
+	BindAddr string
+	// AdvertiseAddr is the address other nodes dial; default: the bound address.
+	AdvertiseAddr string
+	// GossipBindAddr is memberlist's TCP+UDP address (host:port). Port 0 picks a free port.
+	GossipBindAddr string
+	// GossipAdvertiseAddr is the gossip address others use; default: the bound one.
+	GossipAdvertiseAddr string
+	// ClusterName is carried in every gossip packet (memberlist's label):
+	// nodes of another cluster are not heard. Default "raftpace".
+	ClusterName string
+	// BootstrapExpect forms a new cluster once this many nodes that were
+	// started with the same value see each other, and none of them holds raft
+	// state or knows a leader. 0 means never bootstrap (join an existing
+	// cluster); 1 is a single-node cluster.
+	BootstrapExpect int
+	// Join lists gossip addresses of nodes to contact at start (retried
+	// until one answers or the node closes).
+	Join []string
+	// Voters is the number of raft voters the leader keeps (default 3, 1 to 5);
+	// further nodes join as nonvoters and are promoted when a voter leaves.
+	Voters int
+	// Timing holds raft's timers; the zero value means LANTiming().
+	Timing Timing
+	// HorizonAhead is how far ahead of need the leader commits each key's
+	// horizon (default 1s). It is also the longest pause in grants for a key
+	// after a leader change: the new leader starts past the inherited horizon.
+	HorizonAhead time.Duration
+	// UseGrace is the longest a granted slot may be used after the time the
+	// leader meant it for. A forwarded grant is placed on this host's clock
+	// from when the request was sent (the earliest the leader can have meant
+	// it), so a grant whose round trip ate the grace arrives forfeit, and a
+	// waiter woken later than the grace forfeits its slot and asks again.
+	// Forfeited slots are never reused, so the ceiling's delta term is
+	// exactly UseGrace: at most R*W + B + R*UseGrace events in any window W.
+	// Default 50ms (scheduling delay on a loaded host dominates; the
+	// network part on one LAN is well under a millisecond).
+	UseGrace time.Duration
+	// Logger receives the node's logs, raft's and memberlist's included.
+	// Default: discard.
+	Logger *slog.Logger
+
+	// unsafeFreshStart makes a new leader ignore inherited horizons and
+	// start every key at now. It breaks the ceiling on purpose: tests set it
+	// (export_test.go) to show their checks can fail.
+	unsafeFreshStart bool
+}
+
+// Timing holds the raft timers. See hashicorp/raft's Config for their
+// meaning; LeaderLeaseTimeout must not exceed HeartbeatTimeout.
+type Timing struct {
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+}
+
+// LANTiming suits nodes on one LAN on loaded machines: a failed leader is
+// replaced in about 1-2 s. hashicorp/raft's defaults (1 s) are for WANs.
+func LANTiming() Timing {
+	return Timing{
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
+		CommitTimeout:      10 * time.Millisecond,
+	}
+}
+
+// FastTiming is for in-process tests on loopback.
+func FastTiming() Timing {
+	return Timing{
+		HeartbeatTimeout:   200 * time.Millisecond,
+		ElectionTimeout:    200 * time.Millisecond,
+		LeaderLeaseTimeout: 100 * time.Millisecond,
+		CommitTimeout:      5 * time.Millisecond,
+	}
+}
+
+const (
+	defaultVoters       = 3
+	maxVoters           = 5
+	defaultHorizonAhead = time.Second
+	defaultUseGrace     = 50 * time.Millisecond
+)
+
+// withDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.ClusterName == "" {
+		c.ClusterName = "raftpace"
+	}
+	if c.Voters == 0 {
+		c.Voters = defaultVoters
+	}
+	if c.Timing == (Timing{}) {
+		c.Timing = LANTiming()
+	}
+	if c.HorizonAhead == 0 {
+		c.HorizonAhead = defaultHorizonAhead
+	}
+	if c.UseGrace == 0 {
+		c.UseGrace = defaultUseGrace
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validate reports every problem at once, each naming the field, its value
+// and the rule.
+func (c Config) validate() error {
+	var errs []error
+	bad := func(field string, value any, rule string) {
+		errs = append(errs, fmt.Errorf("%w: %s %q: %s", ErrInvalidConfig, field, fmt.Sprint(value), rule))
+	}
+	if err := fsm.ValidateID(c.NodeID); err != nil {
+		errs = append(errs, fmt.Errorf("%w: NodeID: %w", ErrInvalidConfig, err))
+	}
+	if c.DataDir == "" {
+		bad("DataDir", c.DataDir, "required")
+	}
+	checkHostPort := func(field, v string, required bool) {
+		if v == "" {
+			if required {
+				bad(field, v, "required (host:port)")
+			}
+			return
+		}
+		host, port, err := net.SplitHostPort(v)
+		if err != nil {
+			bad(field, v, "must be host:port")
+			return
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			bad(field, v, "port must be 0-65535")
+		}
+		if host == "" && (field == "AdvertiseAddr" || field == "GossipAdvertiseAddr") {
+			bad(field, v, "must name a host")
+		}
+	}
+	checkHostPort("BindAddr", c.BindAddr, true)
+	checkHostPort("AdvertiseAddr", c.AdvertiseAddr, false)
+	checkHostPort("GossipBindAddr", c.GossipBindAddr, true)
+	checkHostPort("GossipAdvertiseAddr", c.GossipAdvertiseAddr, false)
+	for _, j := range c.Join {
+		checkHostPort("Join", j, true)
+	}
+	if c.BootstrapExpect < 0 || c.BootstrapExpect > 64 {
+		bad("BootstrapExpect", c.BootstrapExpect, "must be 0-64")
+	}
+	if c.Voters < 1 || c.Voters > maxVoters {
+		bad("Voters", c.Voters, fmt.Sprintf("must be 1-%d", maxVoters))
+	}
+	t := c.Timing
+	if t.HeartbeatTimeout < 5*time.Millisecond || t.ElectionTimeout < 5*time.Millisecond {
+		bad("Timing", fmt.Sprintf("%+v", t), "heartbeat and election timeouts must be at least 5ms")
+	}
+	if t.LeaderLeaseTimeout < 5*time.Millisecond || t.LeaderLeaseTimeout > t.HeartbeatTimeout {
+		bad("Timing.LeaderLeaseTimeout", t.LeaderLeaseTimeout, "must be 5ms..HeartbeatTimeout")
+	}
+	if t.CommitTimeout < time.Millisecond {
+		bad("Timing.CommitTimeout", t.CommitTimeout, "must be at least 1ms")
+	}
+	if c.HorizonAhead < 10*time.Millisecond || c.HorizonAhead > time.Minute {
+		bad("HorizonAhead", c.HorizonAhead, "must be 10ms..1m")
+	}
+	if c.UseGrace < time.Millisecond || c.UseGrace > 10*time.Second {
+		bad("UseGrace", c.UseGrace, "must be 1ms..10s")
+	}
+	return errors.Join(errs...)
+}

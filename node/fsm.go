@@ -1,0 +1,124 @@
+package node
+
+import (
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftpace/raftpace/fsm"
+)
+
+// fsmAdapter is the raft.FSM of a node. It applies commands to the
+// deterministic fsm.State and, beside it, keeps what needs this host's clock:
+// the local horizon of every key, measured from when this node applied (or
+// restored) the entry that set it. The fsm package cannot do that, since Apply
+// there reads no clock.
+//
+// Why apply time is safe: a leader proposes an extension at time q and uses
+// it as q+Ahead; every other node applies the entry at some a >= q (it cannot
+// apply what was not yet proposed), so a+Ahead >= q+Ahead. A node that later
+// leads therefore starts each key at or after the old leader's horizon,
+// measured with durations on one host's monotonic clock; no cross-host wall
+// clock is read. A restored snapshot counts as applied now, later still.
+type fsmAdapter struct {
+	state *fsm.State
+	now   func() int64 // node's monotonic nanoseconds
+	// onLimit is told of every limit change (and, after a restore, of every
+	// limit) so the pacer can follow without polling.
+	onLimit func(key string, lim fsm.Limit, ok bool)
+	// onReset is told when a snapshot replaced the whole state.
+	onReset func()
+
+	mu       sync.Mutex
+	horizons map[string]int64 // key -> local monotonic ns
+	applied  chan struct{}    // closed and replaced after every apply
+}
+
+func newFSMAdapter(state *fsm.State, now func() int64) *fsmAdapter {
+	return &fsmAdapter{
+		state:    state,
+		now:      now,
+		onLimit:  func(string, fsm.Limit, bool) {},
+		onReset:  func() {},
+		horizons: make(map[string]int64),
+		applied:  make(chan struct{}),
+	}
+}
+
+// Apply implements raft.FSM. It returns nil or the error the state returned;
+// every node returns the same, since the state is deterministic.
+func (f *fsmAdapter) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	cmd, err := fsm.Decode(l.Data)
+	if err == nil {
+		err = f.state.Apply(l.Index, cmd)
+	}
+	now := f.now()
+	f.mu.Lock()
+	if err == nil {
+		if ext, ok := cmd.(fsm.ExtendHorizons); ok {
+			for _, e := range ext.Entries {
+				if h := now + int64(e.Ahead); h > f.horizons[e.Key] {
+					f.horizons[e.Key] = h
+				}
+			}
+		}
+	}
+	close(f.applied)
+	f.applied = make(chan struct{})
+	f.mu.Unlock()
+	if err == nil {
+		switch c := cmd.(type) {
+		case fsm.SetLimit:
+			f.onLimit(c.Key, c.Limit, true)
+		case fsm.DeleteLimit:
+			f.onLimit(c.Key, fsm.Limit{}, false)
+		}
+	}
+	return err
+}
+
+// Snapshot implements raft.FSM.
+func (f *fsmAdapter) Snapshot() (raft.FSMSnapshot, error) {
+	return f.state.Snapshot(), nil
+}
+
+// Restore implements raft.FSM: the state is replaced and every horizon in it
+// counts as applied now.
+func (f *fsmAdapter) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	if err := f.state.Restore(rc); err != nil {
+		return err
+	}
+	now := f.now()
+	f.mu.Lock()
+	for key, ahead := range f.state.Horizons() {
+		if h := now + int64(ahead); h > f.horizons[key] {
+			f.horizons[key] = h
+		}
+	}
+	close(f.applied)
+	f.applied = make(chan struct{})
+	f.mu.Unlock()
+	f.onReset()
+	return nil
+}
+
+// horizon returns the key's local horizon as this node measured it.
+func (f *fsmAdapter) horizon(key string) (int64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := f.horizons[key]
+	return h, ok
+}
+
+// appliedCh returns a channel closed at the next apply, for waiting on the
+// applied index without polling.
+func (f *fsmAdapter) appliedCh() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.applied
+}

@@ -1,0 +1,643 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/logging"
+	"github.com/raftpace/raftpace/transport"
+)
+
+// Node is one member of a raftpace cluster, embedded in a worker process.
+//
+// Build it with New; it is ready to serve once the cluster has a leader
+// (WaitForLeader). Reserve, SetLimit and the reads work the same on every
+// node: a follower forwards to the leader. All methods are safe for
+// concurrent use. Close (or Leave) ends it.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	epoch time.Time
+
+	state     *fsm.State
+	fsm       *fsmAdapter
+	pacer     *pacer
+	trans     *transport.Transport
+	raftTrans *raft.NetworkTransport
+	store     *raftboltdb.BoltStore
+	raft      *raft.Raft
+	gossip    *gossip
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+
+	stats counters
+}
+
+type counters struct {
+	granted, refused, unknown, forwarded, lateGrants, forfeited, extensions, extendErrors atomic.Uint64
+}
+
+// New validates cfg, opens the data dir and starts the node: transport,
+// raft, gossip and the leader's pacer. It does not wait for a leader.
+func New(cfg Config) (n *Node, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("node: data dir: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n = &Node{
+		cfg:    cfg,
+		log:    cfg.Logger.With("node", cfg.NodeID),
+		epoch:  time.Now(),
+		state:  fsm.New(),
+		ctx:    ctx,
+		cancel: cancel,
+	}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	n.fsm = newFSMAdapter(n.state, n.now)
+	n.pacer = newPacer(n.now, cfg.HorizonAhead, n.fsm.horizon, n.state.Limits)
+	n.pacer.fresh = cfg.unsafeFreshStart
+	n.fsm.onLimit = n.pacer.setLimit
+	n.fsm.onReset = n.pacer.reset
+
+	n.trans, err = transport.New(transport.Config{
+		BindAddr:      cfg.BindAddr,
+		AdvertiseAddr: cfg.AdvertiseAddr,
+		Handler:       n.handleRPC,
+		Logger:        n.log.With("component", "transport"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	if err := n.startRaft(); err != nil {
+		return nil, err
+	}
+	n.gossip, err = newGossip(n)
+	if err != nil {
+		return nil, err
+	}
+	n.wg.Add(2)
+	go n.extendLoop()
+	go n.reconcileLoop()
+	if len(cfg.Join) > 0 {
+		n.wg.Add(1)
+		go n.joinLoop(cfg.Join)
+	}
+	if cfg.BootstrapExpect > 1 {
+		n.wg.Add(1)
+		go n.bootstrapLoop()
+	}
+	n.log.Info("node started", "addr", n.Addr(), "gossip", n.GossipAddr(), "bootstrap_expect", cfg.BootstrapExpect)
+	return n, nil
+}
+
+func (n *Node) startRaft() error {
+	cfg := n.cfg
+	hlog := logging.HCLog(n.log, "raft")
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	if err != nil {
+		return fmt.Errorf("node: raft store: %w", err)
+	}
+	n.store = store
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
+	if err != nil {
+		return fmt.Errorf("node: snapshot store: %w", err)
+	}
+	n.raftTrans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  n.trans.StreamLayer(),
+		MaxPool: 3,
+		Timeout: 5 * time.Second,
+		Logger:  hlog,
+	})
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.HeartbeatTimeout = cfg.Timing.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.Timing.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.Timing.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.Timing.CommitTimeout
+	// Horizon entries arrive a few times a second; snapshot often enough
+	// that a restart replays little.
+	rc.SnapshotThreshold = 2048
+	rc.TrailingLogs = 1024
+	rc.Logger = hlog
+	notify := make(chan bool, 16)
+	rc.NotifyCh = notify
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("node: %w: raft: %w", ErrInvalidConfig, err)
+	}
+	logs, err := raft.NewLogCache(512, store)
+	if err != nil {
+		return fmt.Errorf("node: log cache: %w", err)
+	}
+	hasState, err := raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		return fmt.Errorf("node: raft state: %w", err)
+	}
+	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, n.raftTrans)
+	if err != nil {
+		return fmt.Errorf("node: raft: %w", err)
+	}
+	n.raft = r
+	n.wg.Add(1)
+	go n.leadershipLoop(notify)
+	if !hasState && cfg.BootstrapExpect == 1 {
+		boot := raft.Configuration{Servers: []raft.Server{{
+			Suffrage: raft.Voter, ID: raft.ServerID(cfg.NodeID), Address: raft.ServerAddress(n.Addr()),
+		}}}
+		if err := r.BootstrapCluster(boot).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return fmt.Errorf("node: bootstrap: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close stops the node without leaving the cluster (the others see it fail
+// and, if it led, elect another leader). It is idempotent and returns when
+// every goroutine the node started has ended.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.cancel()
+		var errs []error
+		if n.pacer != nil {
+			n.pacer.stepDown()
+		}
+		if n.raft != nil {
+			if err := n.raft.Shutdown().Error(); err != nil {
+				errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+			}
+		}
+		n.wg.Wait()
+		if n.gossip != nil {
+			if err := n.gossip.ml.Shutdown(); err != nil {
+				errs = append(errs, fmt.Errorf("gossip shutdown: %w", err))
+			}
+		}
+		if n.raftTrans != nil {
+			n.raftTrans.Close()
+		}
+		if n.trans != nil {
+			if err := n.trans.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if n.store != nil {
+			if err := n.store.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("raft store: %w", err))
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			n.closeErr = fmt.Errorf("node: close: %w", err)
+		}
+		n.log.Info("node closed")
+	})
+	return n.closeErr
+}
+
+// ID returns the node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Addr returns the address of the node's raft and RPC port.
+func (n *Node) Addr() string { return n.trans.Addr().String() }
+
+// GossipAddr returns the node's gossip address, the one to pass to Join.
+func (n *Node) GossipAddr() string {
+	if n.gossip == nil {
+		return ""
+	}
+	return n.gossip.addr()
+}
+
+// now is the node's monotonic clock in nanoseconds since it started.
+func (n *Node) now() int64 { return int64(time.Since(n.epoch)) }
+
+func (n *Node) closed() bool { return n.ctx.Err() != nil }
+
+// leadershipLoop follows raft's leadership notifications. On gaining
+// leadership the pacer waits for raft's barrier (every earlier entry
+// applied, so every inherited horizon is known) before it grants.
+func (n *Node) leadershipLoop(notify <-chan bool) {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case leader := <-notify:
+			gen := n.pacer.stepDown()
+			if !leader {
+				n.log.Info("lost leadership")
+				continue
+			}
+			n.wg.Add(1)
+			go func() {
+				defer n.wg.Done()
+				if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
+					n.log.Warn("barrier after election failed; not granting", "err", err)
+					return
+				}
+				if n.pacer.lead(gen) {
+					n.log.Info("leading: granting from inherited horizons", "term", n.raft.CurrentTerm())
+				}
+			}()
+		}
+	}
+}
+
+// extendLoop commits horizon extensions while this node leads. It is the
+// only writer of horizon entries, so entries never race each other.
+func (n *Node) extendLoop() {
+	defer n.wg.Done()
+	tick := time.NewTicker(max(n.cfg.HorizonAhead/4, 5*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+		case <-n.pacer.kick:
+		}
+		for {
+			ext, ok := n.pacer.collect()
+			if !ok {
+				break
+			}
+			data, err := fsm.Encode(&ext.cmd)
+			if err != nil {
+				n.log.Error("encode horizon extension", "err", err)
+				break
+			}
+			if err := n.apply(data, 5*time.Second); err != nil {
+				n.stats.extendErrors.Add(1)
+				n.log.Warn("horizon extension not committed", "keys", len(ext.cmd.Entries), "err", err)
+				break
+			}
+			n.stats.extensions.Add(1)
+			n.pacer.committed(ext)
+		}
+	}
+}
+
+// apply commits one command through raft and returns the FSM's answer.
+func (n *Node) apply(data []byte, timeout time.Duration) error {
+	f := n.raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return errNotLeader
+		}
+		return fmt.Errorf("node: raft apply: %w", err)
+	}
+	if err, ok := f.Response().(error); ok && err != nil {
+		return err
+	}
+	return nil
+}
+
+// Reservation is a grant of events: they may go at At, and must go no
+// later than UseBy. Both are readings of this host's clock (with monotonic
+// time). A caller that cannot use them by UseBy must drop them and reserve
+// again: using them later would widen the ceiling's delta term.
+type Reservation struct {
+	At    time.Time
+	UseBy time.Time
+}
+
+// Delay is how long to wait from now until the events may go.
+func (r Reservation) Delay() time.Duration { return max(0, time.Until(r.At)) }
+
+// Reserve asks for count events of key. If the wait would exceed maxWait it
+// consumes nothing and returns a *LimitExceededError. It works on any node;
+// a follower forwards to the leader, and retries (within maxWait) when a
+// grant arrives too late to be used within UseGrace.
+func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (Reservation, error) {
+	if err := fsm.ValidateKey(key); err != nil {
+		return Reservation{}, fmt.Errorf("node: reserve: %w: %w", ErrInvalidRequest, err)
+	}
+	if count < 1 {
+		return Reservation{}, fmt.Errorf("node: reserve %q: %w: count %d must be at least 1", key, ErrInvalidRequest, count)
+	}
+	if maxWait < 0 {
+		maxWait = 0
+	}
+	begin := time.Now()
+	backoff := time.Millisecond
+	for {
+		if n.closed() {
+			return Reservation{}, ErrClosed
+		}
+		remaining := maxWait - time.Since(begin)
+		if remaining < 0 {
+			return Reservation{}, &LimitExceededError{Key: key, Wait: -remaining, MaxWait: maxWait}
+		}
+		sent := time.Now()
+		wait, err := n.pacer.reserve(ctx, n.ctx.Done(), key, count, remaining)
+		if errors.Is(err, errNotLeader) {
+			sent = time.Now()
+			wait, err = n.forwardReserve(ctx, key, count, remaining)
+		}
+		if err == nil {
+			// The leader meant the slot for (its grant time + wait), and its
+			// grant time is after sent; here it can only be placed from
+			// arrival, so it may be up to the round trip late.
+			arrived := time.Now()
+			r := Reservation{At: arrived.Add(wait), UseBy: sent.Add(wait + n.cfg.UseGrace)}
+			if !r.UseBy.Before(r.At) {
+				n.stats.granted.Add(1)
+				return r, nil
+			}
+			n.stats.lateGrants.Add(1)
+			n.log.Warn("grant arrived too late to use; asking again", "key", key, "round_trip", arrived.Sub(sent), "use_grace", n.cfg.UseGrace)
+			continue
+		}
+		if !retryable(err) {
+			n.countResult(err)
+			return Reservation{}, err
+		}
+		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
+			return Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, ErrNoLeader, err)
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+// Forfeit records that a caller dropped a reservation it could not use by
+// its UseBy (for the node's counters).
+func (n *Node) Forfeit(Reservation) { n.stats.forfeited.Add(1) }
+
+func (n *Node) countResult(err error) {
+	switch {
+	case errors.Is(err, ErrLimitExceeded):
+		n.stats.refused.Add(1)
+	case errors.Is(err, ErrUnknownKey):
+		n.stats.unknown.Add(1)
+	}
+}
+
+// errRetry marks failures that another attempt (at the same or a new
+// leader) may cure: no leader yet, a leader change, a broken connection.
+var errRetry = errors.New("node: retry")
+
+func retryable(err error) bool {
+	return errors.Is(err, errRetry) || errors.Is(err, errNotLeader)
+}
+
+func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWait time.Duration) (time.Duration, error) {
+	addr, _ := n.raft.LeaderWithID()
+	if addr == "" || string(addr) == n.Addr() {
+		// No leader, or this node won but has not passed its barrier yet.
+		return 0, errRetry
+	}
+	n.stats.forwarded.Add(1)
+	raw, err := n.trans.Call(ctx, string(addr), rpcReserve, reserveReq{Key: key, Count: count, MaxWait: maxWait}.encode())
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("node: reserve %q: %w", key, ctx.Err())
+		}
+		return 0, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
+	}
+	resp, err := decodeReserveResp(raw)
+	if err != nil {
+		return 0, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
+	}
+	if resp.Code == codeLimitExceeded {
+		return 0, &LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
+	}
+	if err := errFor(resp.Code, resp.Msg); err != nil {
+		if errors.Is(err, errNotLeader) {
+			return 0, err
+		}
+		if resp.Code == codeUnavailable {
+			return 0, fmt.Errorf("%w: %w", errRetry, err)
+		}
+		return 0, fmt.Errorf("node: reserve %q: %w", key, err)
+	}
+	return resp.Wait, nil
+}
+
+// SetLimit commits the limit for key. When it returns, reads of the limit on
+// this node reflect it.
+func (n *Node) SetLimit(ctx context.Context, key string, lim fsm.Limit) error {
+	if err := fsm.ValidateKey(key); err != nil {
+		return fmt.Errorf("node: set limit: %w: %w", ErrInvalidRequest, err)
+	}
+	if err := lim.Validate(); err != nil {
+		return fmt.Errorf("node: set limit %q: %w: %w", key, ErrInvalidRequest, err)
+	}
+	backoff := time.Millisecond
+	for {
+		if n.closed() {
+			return ErrClosed
+		}
+		index, err := n.setLimitOnce(ctx, key, lim)
+		if err == nil {
+			return n.waitApplied(ctx, index)
+		}
+		if !retryable(err) {
+			return err
+		}
+		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
+			return fmt.Errorf("node: set limit %q: %w: %w", key, ErrNoLeader, err)
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+func (n *Node) setLimitOnce(ctx context.Context, key string, lim fsm.Limit) (uint64, error) {
+	if n.raft.State() == raft.Leader {
+		return n.applyLimit(key, lim)
+	}
+	addr, _ := n.raft.LeaderWithID()
+	if addr == "" {
+		return 0, errRetry
+	}
+	raw, err := n.trans.Call(ctx, string(addr), rpcSetLimit, setLimitReq{Key: key, Limit: lim}.encode())
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("node: set limit %q: %w", key, ctx.Err())
+		}
+		return 0, fmt.Errorf("%w: %w", errRetry, err)
+	}
+	resp, err := decodeIndexResp(raw)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errRetry, err)
+	}
+	if err := errFor(resp.Code, resp.Msg); err != nil {
+		if errors.Is(err, errNotLeader) || resp.Code == codeUnavailable {
+			return 0, fmt.Errorf("%w: %w", errRetry, err)
+		}
+		return 0, fmt.Errorf("node: set limit %q: %w", key, err)
+	}
+	return resp.Index, nil
+}
+
+func (n *Node) applyLimit(key string, lim fsm.Limit) (uint64, error) {
+	data, err := fsm.Encode(&fsm.SetLimit{Key: key, Limit: lim})
+	if err != nil {
+		return 0, fmt.Errorf("node: set limit %q: %w: %w", key, ErrInvalidRequest, err)
+	}
+	f := n.raft.Apply(data, 5*time.Second)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return 0, errNotLeader
+		}
+		return 0, fmt.Errorf("%w: raft apply: %w", errRetry, err)
+	}
+	if err, ok := f.Response().(error); ok && err != nil {
+		return 0, fmt.Errorf("node: set limit %q: %w: %w", key, ErrInvalidRequest, err)
+	}
+	return f.Index(), nil
+}
+
+// waitApplied returns once this node's state has applied index.
+func (n *Node) waitApplied(ctx context.Context, index uint64) error {
+	for {
+		ch := n.fsm.appliedCh()
+		if n.state.AppliedIndex() >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("node: waiting for index %d: %w", index, ctx.Err())
+		case <-n.ctx.Done():
+			return ErrClosed
+		}
+	}
+}
+
+// Limit returns the limit set for key, as this node has applied it.
+func (n *Node) Limit(ctx context.Context, key string) (fsm.Limit, error) {
+	if err := fsm.ValidateKey(key); err != nil {
+		return fsm.Limit{}, fmt.Errorf("node: limit: %w: %w", ErrInvalidRequest, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fsm.Limit{}, err
+	}
+	lim, ok := n.state.Limit(key)
+	if !ok {
+		return fsm.Limit{}, fmt.Errorf("node: limit %q: %w", key, ErrUnknownKey)
+	}
+	return lim, nil
+}
+
+// Limits returns every limit, as this node has applied them.
+func (n *Node) Limits(ctx context.Context) (map[string]fsm.Limit, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return n.state.Limits(), nil
+}
+
+// WaitForLeader blocks until the cluster has a leader that grants (this
+// node's view), and returns its id.
+func (n *Node) WaitForLeader(ctx context.Context) (string, error) {
+	for {
+		addr, id := n.raft.LeaderWithID()
+		if addr != "" && (string(id) != n.cfg.NodeID || n.pacer.isLeading()) {
+			return string(id), nil
+		}
+		if err := sleepCtx(ctx, n.ctx, 10*time.Millisecond); err != nil {
+			return "", fmt.Errorf("node: %w: %w", ErrNoLeader, err)
+		}
+	}
+}
+
+// IsLeader reports whether this node is the leader and granting.
+func (n *Node) IsLeader() bool { return n.pacer.isLeading() }
+
+func sleepCtx(ctx, nodeCtx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-nodeCtx.Done():
+		return ErrClosed
+	}
+}
+
+// handleRPC serves the transport's RPCs from other nodes.
+func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte, error) {
+	switch method {
+	case rpcReserve:
+		m, err := decodeReserveReq(req)
+		if err != nil {
+			return reserveResp{Code: codeInvalid, Msg: err.Error()}.encode(), nil
+		}
+		if err := fsm.ValidateKey(m.Key); err != nil {
+			return reserveResp{Code: codeInvalid, Msg: err.Error()}.encode(), nil
+		}
+		// The caller's deadline does not travel with the request: bound the
+		// wait for a horizon by the caller's own maximum, so the leader does
+		// not grant a slot long after the follower gave up on it.
+		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
+		defer cancel()
+		wait, err := n.pacer.reserve(ctx, n.ctx.Done(), m.Key, m.Count, m.MaxWait)
+		var le *LimitExceededError
+		if errors.As(err, &le) {
+			return reserveResp{Code: codeLimitExceeded, Wait: le.Wait, Msg: truncate(err.Error(), maxMsgLen)}.encode(), nil
+		}
+		msg := ""
+		if err != nil {
+			msg = truncate(err.Error(), maxMsgLen)
+		}
+		return reserveResp{Code: codeFor(err), Wait: wait, Msg: msg}.encode(), nil
+	case rpcSetLimit:
+		m, err := decodeSetLimitReq(req)
+		if err == nil {
+			err = fsm.ValidateKey(m.Key)
+		}
+		if err == nil {
+			err = m.Limit.Validate()
+		}
+		if err != nil {
+			return indexResp{Code: codeInvalid, Msg: truncate(err.Error(), maxMsgLen)}.encode(), nil
+		}
+		if n.raft.State() != raft.Leader {
+			return indexResp{Code: codeNotLeader}.encode(), nil
+		}
+		index, err := n.applyLimit(m.Key, m.Limit)
+		msg := ""
+		if err != nil {
+			msg = truncate(err.Error(), maxMsgLen)
+		}
+		return indexResp{Code: codeFor(err), Index: index, Msg: msg}.encode(), nil
+	case rpcRemoveServer:
+		m, err := decodeRemoveServerReq(req)
+		if err != nil {
+			return indexResp{Code: codeInvalid, Msg: err.Error()}.encode(), nil
+		}
+		index, err := n.removeServer(m.ID)
+		msg := ""
+		if err != nil {
+			msg = truncate(err.Error(), maxMsgLen)
+		}
+		return indexResp{Code: codeFor(err), Index: index, Msg: msg}.encode(), nil
+	default:
+		n.log.Warn("unknown rpc method", "method", method)
+		return nil, fmt.Errorf("node: unknown rpc method %d", method)
+	}
+}

@@ -1,0 +1,314 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/gcra"
+)
+
+// errNotLeader tells the caller to forward: this node is not (or not yet)
+// the leader that may grant.
+var errNotLeader = errors.New("node: not the leader")
+
+// maxExtendBatch bounds the keys one horizon entry carries.
+const maxExtendBatch = 1024
+
+// pacer is the leader's in-memory GCRA pacer. It grants only slots whose TAT
+// stays at or below the key's committed horizon, and keeps horizons
+// committed ahead of need through raft in batches (one entry, many keys).
+//
+// A key's horizon bounds its TAT, not its slot start times: a leader that
+// starts at TAT = inherited horizon continues a GCRA sequence at least as
+// conservative as the old leader's, so the union of both leaders' grants is
+// itself a conforming sequence and the R*W+B ceiling holds across the change.
+type pacer struct {
+	now     func() int64
+	ahead   int64
+	fresh   bool // unsafeFreshStart: see Config
+	tracked func(key string) (int64, bool) // the fsm adapter's local horizons
+	limits  func() map[string]fsm.Limit
+
+	mu      sync.Mutex
+	leading bool
+	gen     uint64 // bumped at every leadership change; stale work is dropped
+	keys    map[string]*keyState
+	kick    chan struct{}
+}
+
+type keyState struct {
+	limit    fsm.Limit
+	params   gcra.Params
+	hasLimit bool
+	tat      int64
+	horizon  int64 // committed horizon, valid for the current generation only
+	need     int64 // highest TAT a waiting request needs
+	demand   int64 // time of the last request
+	changed  chan struct{}
+}
+
+func newPacer(now func() int64, ahead time.Duration, tracked func(string) (int64, bool), limits func() map[string]fsm.Limit) *pacer {
+	return &pacer{
+		now:     now,
+		ahead:   int64(ahead),
+		tracked: tracked,
+		limits:  limits,
+		keys:    make(map[string]*keyState),
+		kick:    make(chan struct{}, 1),
+	}
+}
+
+func (p *pacer) kickExtender() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// wake releases every waiter so it re-reads the state.
+func (ks *keyState) wake() {
+	close(ks.changed)
+	ks.changed = make(chan struct{})
+}
+
+func (p *pacer) keyLocked(key string) *keyState {
+	ks := p.keys[key]
+	if ks == nil {
+		ks = &keyState{changed: make(chan struct{})}
+		if h, ok := p.tracked(key); ok {
+			ks.tat = h
+		}
+		ks.horizon = ks.tat
+		p.keys[key] = ks
+	}
+	return ks
+}
+
+// setLimit follows a committed limit change (from the fsm adapter).
+func (p *pacer) setLimit(key string, lim fsm.Limit, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ks := p.keyLocked(key)
+	ks.hasLimit = ok
+	if ok {
+		ks.limit = lim
+		ks.params = gcra.NewParams(int64(lim.Interval()), lim.Burst)
+	}
+	ks.wake()
+}
+
+// reset reloads every limit after a snapshot restore.
+func (p *pacer) reset() {
+	lims := p.limits()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key, ks := range p.keys {
+		if _, ok := lims[key]; !ok {
+			ks.hasLimit = false
+			ks.wake()
+		}
+	}
+	for key, lim := range lims {
+		ks := p.keyLocked(key)
+		ks.hasLimit = true
+		ks.limit = lim
+		ks.params = gcra.NewParams(int64(lim.Interval()), lim.Burst)
+		ks.wake()
+	}
+}
+
+// stepDown stops granting at once and wakes every waiter so it forwards.
+func (p *pacer) stepDown() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.leading = false
+	p.gen++
+	for _, ks := range p.keys {
+		ks.wake()
+	}
+	return p.gen
+}
+
+// lead starts granting for generation gen, once raft's barrier has applied
+// every earlier entry: each key starts at the horizon this node measured for
+// it, so nothing overlaps what an earlier leader may have granted.
+func (p *pacer) lead(gen uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if gen != p.gen {
+		return false
+	}
+	for key, ks := range p.keys {
+		if h, ok := p.tracked(key); ok && h > ks.tat {
+			ks.tat = h
+		}
+		if p.fresh {
+			ks.tat = p.now()
+		}
+		// Nothing may be granted until this leader commits its own extension.
+		ks.horizon = ks.tat
+		ks.need = 0
+	}
+	p.leading = true
+	p.kickExtender()
+	return true
+}
+
+func (p *pacer) isLeading() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.leading
+}
+
+// reserve grants count events of key, waiting at most maxWait for them. It
+// returns the wait measured from now (the moment of the grant). It blocks
+// only while the key's horizon is being extended.
+func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, count int, maxWait time.Duration) (time.Duration, error) {
+	for {
+		p.mu.Lock()
+		if !p.leading {
+			p.mu.Unlock()
+			return 0, errNotLeader
+		}
+		ks := p.keys[key]
+		if ks == nil || !ks.hasLimit {
+			p.mu.Unlock()
+			return 0, fmt.Errorf("node: reserve %q: %w", key, ErrUnknownKey)
+		}
+		now := p.now()
+		start, newTAT, err := gcra.Reserve(ks.tat, ks.params, now, count)
+		if err != nil {
+			p.mu.Unlock()
+			return 0, fmt.Errorf("node: reserve %q: %w: %w", key, ErrInvalidRequest, err)
+		}
+		wait := time.Duration(start - now)
+		if wait > maxWait || newTAT-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
+			p.mu.Unlock()
+			return 0, &LimitExceededError{Key: key, Wait: wait, MaxWait: maxWait}
+		}
+		ks.demand = now
+		if newTAT <= ks.horizon {
+			ks.tat = newTAT
+			if ks.horizon-newTAT < p.ahead/2 {
+				p.kickExtender()
+			}
+			p.mu.Unlock()
+			return wait, nil
+		}
+		if newTAT > ks.need {
+			ks.need = newTAT
+		}
+		ch := ks.changed
+		p.mu.Unlock()
+		p.kickExtender()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("node: reserve %q: waiting for horizon: %w", key, ctx.Err())
+		case <-done:
+			return 0, ErrClosed
+		}
+	}
+}
+
+// extension is one batch of horizon extensions prepared under the lock.
+type extension struct {
+	gen     uint64
+	cmd     fsm.ExtendHorizons
+	targets map[string]int64 // key -> new local horizon (proposal time + Ahead)
+}
+
+// collect chooses the keys whose horizon should move: those a request is
+// waiting on, and those with recent demand whose horizon is less than half
+// the look-ahead away. The Ahead of each entry is measured from now, which is
+// taken before the entry is proposed, so the leader's own horizon is the
+// earliest any node computes for the entry.
+func (p *pacer) collect() (extension, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.leading {
+		return extension{}, false
+	}
+	now := p.now()
+	ext := extension{gen: p.gen, targets: make(map[string]int64)}
+	keys := make([]string, 0, len(p.keys))
+	for key := range p.keys {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		ks := p.keys[key]
+		if !ks.hasLimit {
+			continue
+		}
+		base := max(now, ks.tat)
+		waiting := ks.need > ks.horizon
+		active := now-ks.demand < 2*p.ahead && ks.demand != 0
+		if !waiting && !(active && ks.horizon-base < p.ahead/2) {
+			continue
+		}
+		target := max(base, ks.need) + p.ahead
+		target = max(target, ks.horizon)
+		ahead := target - now
+		if ahead > int64(fsm.MaxHorizonAhead) {
+			ahead = int64(fsm.MaxHorizonAhead)
+			target = now + ahead
+		}
+		if ahead <= 0 {
+			continue
+		}
+		ext.cmd.Entries = append(ext.cmd.Entries, fsm.HorizonEntry{Key: key, Ahead: time.Duration(ahead)})
+		ext.targets[key] = target
+		if len(ext.cmd.Entries) == maxExtendBatch {
+			break
+		}
+	}
+	return ext, len(ext.cmd.Entries) > 0
+}
+
+// committed installs the horizons of a committed extension, unless
+// leadership changed meanwhile.
+func (p *pacer) committed(ext extension) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ext.gen != p.gen || !p.leading {
+		return
+	}
+	for key, target := range ext.targets {
+		ks := p.keys[key]
+		if ks == nil {
+			continue
+		}
+		if target > ks.horizon {
+			ks.horizon = target
+		}
+		ks.wake()
+	}
+}
+
+// snapshot lists the pacer's view of each key, for status.
+func (p *pacer) view() map[string]keyView {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	out := make(map[string]keyView, len(p.keys))
+	for key, ks := range p.keys {
+		v := keyView{}
+		if p.leading {
+			v.HorizonIn = time.Duration(ks.horizon - now)
+			v.Backlog = time.Duration(max(0, ks.tat-now))
+		}
+		out[key] = v
+	}
+	return out
+}
+
+type keyView struct {
+	HorizonIn time.Duration // committed horizon minus now (leader only)
+	Backlog   time.Duration // TAT minus now, the queue ahead of a new request
+}

@@ -1,0 +1,280 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+)
+
+// RPC methods carried by the transport between nodes. Each request and
+// response starts with a version byte; an unknown version is refused, so
+// nodes of different versions fail loudly rather than misread each other.
+const (
+	rpcReserve      uint8 = 1 // follower -> leader: grant events of a key
+	rpcSetLimit     uint8 = 2 // follower -> leader: commit a limit
+	rpcRemoveServer uint8 = 3 // leaving node -> leader: remove it from raft
+
+	rpcVersion uint8 = 1
+)
+
+// Result codes of RPC responses.
+const (
+	codeOK uint8 = iota
+	codeNotLeader
+	codeLimitExceeded
+	codeUnknownKey
+	codeInvalid
+	codeUnavailable
+)
+
+var errBadRPC = errors.New("node: malformed rpc message")
+
+type reserveReq struct {
+	Key     string
+	Count   int
+	MaxWait time.Duration
+}
+
+type reserveResp struct {
+	Code uint8
+	Wait time.Duration // the grant's wait, or the would-be wait for codeLimitExceeded
+	Msg  string
+}
+
+type setLimitReq struct {
+	Key   string
+	Limit fsm.Limit
+}
+
+// indexResp answers requests that commit something: the raft index to wait
+// for before a read on the asking node reflects the change.
+type indexResp struct {
+	Code  uint8
+	Index uint64
+	Msg   string
+}
+
+type removeServerReq struct{ ID string }
+
+// codeFor maps an error to the code a remote node turns back into the same
+// sentinel.
+func codeFor(err error) uint8 {
+	switch {
+	case err == nil:
+		return codeOK
+	case errors.Is(err, errNotLeader):
+		return codeNotLeader
+	case errors.Is(err, ErrLimitExceeded):
+		return codeLimitExceeded
+	case errors.Is(err, ErrUnknownKey):
+		return codeUnknownKey
+	case errors.Is(err, ErrInvalidRequest):
+		return codeInvalid
+	default:
+		return codeUnavailable
+	}
+}
+
+// errFor is codeFor's inverse; msg is the remote's text.
+func errFor(code uint8, msg string) error {
+	switch code {
+	case codeOK:
+		return nil
+	case codeNotLeader:
+		return errNotLeader
+	case codeLimitExceeded:
+		return fmt.Errorf("%w (leader: %s)", ErrLimitExceeded, msg)
+	case codeUnknownKey:
+		return fmt.Errorf("%w (leader: %s)", ErrUnknownKey, msg)
+	case codeInvalid:
+		return fmt.Errorf("%w (leader: %s)", ErrInvalidRequest, msg)
+	default:
+		return fmt.Errorf("node: leader: %s", msg)
+	}
+}
+
+// --- encoding -------------------------------------------------------------
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail() {
+	if r.err == nil {
+		r.err = errBadRPC
+	}
+}
+
+func (r *reader) byte() uint8 {
+	if r.err != nil || len(r.b) < 1 {
+		r.fail()
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) string(maxLen int) string {
+	n := r.uvarint()
+	if r.err != nil || n > uint64(maxLen) || n > uint64(len(r.b)) {
+		r.fail()
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *reader) float64() float64 {
+	if r.err != nil || len(r.b) < 8 {
+		r.fail()
+		return 0
+	}
+	v := math.Float64frombits(binary.BigEndian.Uint64(r.b))
+	r.b = r.b[8:]
+	return v
+}
+
+// start checks the version byte; done checks nothing is left over.
+func (r *reader) start() {
+	if v := r.byte(); r.err == nil && v != rpcVersion {
+		r.err = fmt.Errorf("%w: version %d, want %d", errBadRPC, v, rpcVersion)
+	}
+}
+
+func (r *reader) done() error {
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%w: %d trailing bytes", errBadRPC, len(r.b))
+	}
+	return r.err
+}
+
+const maxMsgLen = 4096
+
+func (m reserveReq) encode() []byte {
+	b := make([]byte, 0, 16+len(m.Key))
+	b = append(b, rpcVersion)
+	b = appendString(b, m.Key)
+	b = binary.AppendUvarint(b, uint64(m.Count))
+	return binary.AppendVarint(b, int64(m.MaxWait))
+}
+
+func decodeReserveReq(b []byte) (reserveReq, error) {
+	r := reader{b: b}
+	r.start()
+	m := reserveReq{Key: r.string(fsm.MaxKeyLen)}
+	count := r.uvarint()
+	m.MaxWait = time.Duration(r.varint())
+	if err := r.done(); err != nil {
+		return reserveReq{}, err
+	}
+	if count < 1 || count > math.MaxInt32 {
+		return reserveReq{}, fmt.Errorf("%w: count %d", errBadRPC, count)
+	}
+	m.Count = int(count)
+	return m, nil
+}
+
+func (m reserveResp) encode() []byte {
+	b := []byte{rpcVersion, m.Code}
+	b = binary.AppendVarint(b, int64(m.Wait))
+	return appendString(b, m.Msg)
+}
+
+func decodeReserveResp(b []byte) (reserveResp, error) {
+	r := reader{b: b}
+	r.start()
+	m := reserveResp{Code: r.byte(), Wait: time.Duration(r.varint()), Msg: r.string(maxMsgLen)}
+	return m, r.done()
+}
+
+func (m setLimitReq) encode() []byte {
+	b := []byte{rpcVersion}
+	b = appendString(b, m.Key)
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(m.Limit.Rate))
+	return binary.AppendUvarint(b, uint64(m.Limit.Burst))
+}
+
+func decodeSetLimitReq(b []byte) (setLimitReq, error) {
+	r := reader{b: b}
+	r.start()
+	m := setLimitReq{Key: r.string(fsm.MaxKeyLen)}
+	m.Limit.Rate = r.float64()
+	burst := r.uvarint()
+	if err := r.done(); err != nil {
+		return setLimitReq{}, err
+	}
+	if burst > math.MaxInt32 {
+		return setLimitReq{}, fmt.Errorf("%w: burst %d", errBadRPC, burst)
+	}
+	m.Limit.Burst = int(burst)
+	return m, nil
+}
+
+func (m indexResp) encode() []byte {
+	b := []byte{rpcVersion, m.Code}
+	b = binary.AppendUvarint(b, m.Index)
+	return appendString(b, m.Msg)
+}
+
+func decodeIndexResp(b []byte) (indexResp, error) {
+	r := reader{b: b}
+	r.start()
+	m := indexResp{Code: r.byte(), Index: r.uvarint(), Msg: r.string(maxMsgLen)}
+	return m, r.done()
+}
+
+func (m removeServerReq) encode() []byte {
+	return appendString([]byte{rpcVersion}, m.ID)
+}
+
+func decodeRemoveServerReq(b []byte) (removeServerReq, error) {
+	r := reader{b: b}
+	r.start()
+	m := removeServerReq{ID: r.string(fsm.MaxIDLen)}
+	return m, r.done()
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}

@@ -1,0 +1,123 @@
+package node
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+)
+
+// Status is a node's view of the cluster, for operators and tests.
+type Status struct {
+	ID           string         `json:"id"`
+	Addr         string         `json:"addr"`
+	GossipAddr   string         `json:"gossip_addr"`
+	State        string         `json:"state"` // raft state: Leader, Follower, Candidate, Shutdown
+	Leader       string         `json:"leader"`
+	LeaderAddr   string         `json:"leader_addr"`
+	Granting     bool           `json:"granting"` // this node leads and has passed its barrier
+	Term         uint64         `json:"term"`
+	AppliedIndex uint64         `json:"applied_index"`
+	Members      []MemberStatus `json:"members"`
+	Limits       []LimitStatus  `json:"limits"`
+	Stats        Stats          `json:"stats"`
+}
+
+// MemberStatus describes one member of raft's configuration (or a node
+// seen in gossip that is not in it yet, with Role "none").
+type MemberStatus struct {
+	ID         string `json:"id"`
+	Addr       string `json:"addr"`
+	GossipAddr string `json:"gossip_addr,omitempty"`
+	Role       string `json:"role"`   // voter, nonvoter, none
+	Health     string `json:"health"` // alive, suspect, dead, left, unknown
+	Leader     bool   `json:"leader"`
+}
+
+// LimitStatus is one key's limit and, on the leader, its pacing state.
+type LimitStatus struct {
+	Key       string        `json:"key"`
+	Rate      float64       `json:"rate"`
+	Burst     int           `json:"burst"`
+	HorizonIn time.Duration `json:"horizon_in_ns,omitempty"`
+	Backlog   time.Duration `json:"backlog_ns,omitempty"`
+}
+
+// Stats are the node's counters since it started.
+type Stats struct {
+	Granted      uint64 `json:"granted"`       // reservations granted to this node's callers
+	Refused      uint64 `json:"refused"`       // ErrLimitExceeded answers
+	UnknownKey   uint64 `json:"unknown_key"`   // ErrUnknownKey answers
+	Forwarded    uint64 `json:"forwarded"`     // reservations sent to the leader
+	LateGrants   uint64 `json:"late_grants"`   // forwarded grants that arrived after their UseBy, asked for again
+	Forfeited    uint64 `json:"forfeited"`     // grants a caller could not use by their UseBy (see Forfeit)
+	Extensions   uint64 `json:"extensions"`    // horizon entries committed by this node as leader
+	ExtendErrors uint64 `json:"extend_errors"` // horizon entries that failed to commit
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats {
+	return Stats{
+		Granted:      n.stats.granted.Load(),
+		Refused:      n.stats.refused.Load(),
+		UnknownKey:   n.stats.unknown.Load(),
+		Forwarded:    n.stats.forwarded.Load(),
+		LateGrants:   n.stats.lateGrants.Load(),
+		Forfeited:    n.stats.forfeited.Load(),
+		Extensions:   n.stats.extensions.Load(),
+		ExtendErrors: n.stats.extendErrors.Load(),
+	}
+}
+
+// Status returns this node's view of the cluster.
+func (n *Node) Status(ctx context.Context) (Status, error) {
+	if err := ctx.Err(); err != nil {
+		return Status{}, err
+	}
+	leaderAddr, leaderID := n.raft.LeaderWithID()
+	term, _ := strconv.ParseUint(n.raft.Stats()["term"], 10, 64)
+	st := Status{
+		ID:           n.cfg.NodeID,
+		Addr:         n.Addr(),
+		GossipAddr:   n.GossipAddr(),
+		State:        n.raft.State().String(),
+		Leader:       string(leaderID),
+		LeaderAddr:   string(leaderAddr),
+		Granting:     n.pacer.isLeading(),
+		Term:         term,
+		AppliedIndex: n.state.AppliedIndex(),
+		Stats:        n.Stats(),
+	}
+	gm := n.gossip.snapshot()
+	seen := make(map[string]bool)
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			m := MemberStatus{ID: string(s.ID), Addr: string(s.Address), Role: "voter", Health: "unknown", Leader: s.ID == leaderID}
+			if s.Suffrage != raft.Voter {
+				m.Role = "nonvoter"
+			}
+			if g, ok := gm[m.ID]; ok {
+				m.Health = stateName(g.state)
+				m.GossipAddr = g.gossip
+			}
+			st.Members = append(st.Members, m)
+			seen[m.ID] = true
+		}
+	}
+	for id, g := range gm {
+		if !seen[id] && g.state != memberlist.StateLeft {
+			st.Members = append(st.Members, MemberStatus{ID: id, Addr: g.meta.Addr, GossipAddr: g.gossip, Role: "none", Health: stateName(g.state)})
+		}
+	}
+	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })
+	views := n.pacer.view()
+	for key, lim := range n.state.Limits() {
+		v := views[key]
+		st.Limits = append(st.Limits, LimitStatus{Key: key, Rate: lim.Rate, Burst: lim.Burst, HorizonIn: v.HorizonIn, Backlog: v.Backlog})
+	}
+	sort.Slice(st.Limits, func(i, j int) bool { return st.Limits[i].Key < st.Limits[j].Key })
+	return st, nil
+}
