@@ -35,18 +35,23 @@ type gossip struct {
 	mu           sync.Mutex
 	bootstrapped bool
 	members      map[string]gossipMember
-	kick         chan struct{}
+	// departed holds ids removed from raft at their own request whose
+	// gossip still says alive: reconcile must not add them back. An id
+	// leaves the set when gossip reports it left or dead (so a later
+	// rejoin is honoured).
+	departed map[string]bool
+	kick     chan struct{}
 }
 
 type gossipMember struct {
 	meta   meta
 	gossip string
-	state  memberlist.NodeStateType
+	alive  bool // false once gossip reported it left or failed
 	seen   time.Time
 }
 
 func newGossip(n *Node) (*gossip, error) {
-	g := &gossip{n: n, members: make(map[string]gossipMember), kick: make(chan struct{}, 1)}
+	g := &gossip{n: n, members: make(map[string]gossipMember), departed: make(map[string]bool), kick: make(chan struct{}, 1)}
 	hasState := n.raft.LastIndex() > 0
 	g.bootstrapped = hasState
 	mc := memberlist.DefaultLANConfig()
@@ -121,11 +126,14 @@ func (g *gossip) LocalState(join bool) []byte                { return nil }
 func (g *gossip) MergeRemoteState(buf []byte, join bool)     {}
 
 // NotifyJoin, NotifyLeave and NotifyUpdate implement memberlist.EventDelegate.
-func (g *gossip) NotifyJoin(node *memberlist.Node)   { g.observe(node) }
-func (g *gossip) NotifyLeave(node *memberlist.Node)  { g.observe(node) }
-func (g *gossip) NotifyUpdate(node *memberlist.Node) { g.observe(node) }
+// The node's State field is not to be trusted here: memberlist (v0.5.4)
+// keeps the live state in its own nodeState and hands out the embedded Node,
+// whose State it never updates. The event itself says what happened.
+func (g *gossip) NotifyJoin(node *memberlist.Node)   { g.observe(node, true) }
+func (g *gossip) NotifyLeave(node *memberlist.Node)  { g.observe(node, false) }
+func (g *gossip) NotifyUpdate(node *memberlist.Node) { g.observe(node, true) }
 
-func (g *gossip) observe(node *memberlist.Node) {
+func (g *gossip) observe(node *memberlist.Node, alive bool) {
 	var m meta
 	if len(node.Meta) > 0 {
 		if err := json.Unmarshal(node.Meta, &m); err != nil {
@@ -134,15 +142,30 @@ func (g *gossip) observe(node *memberlist.Node) {
 		}
 	}
 	g.mu.Lock()
+	if !alive {
+		delete(g.departed, node.Name)
+	}
 	g.members[node.Name] = gossipMember{
 		meta:   m,
 		gossip: net.JoinHostPort(node.Addr.String(), strconv.Itoa(int(node.Port))),
-		state:  node.State,
+		alive:  alive,
 		seen:   time.Now(),
 	}
 	g.mu.Unlock()
-	g.n.log.Debug("gossip member", "member", node.Name, "state", stateName(node.State), "addr", m.Addr)
+	g.n.log.Debug("gossip member", "member", node.Name, "health", health(alive), "addr", m.Addr)
 	g.kickNow()
+}
+
+func (g *gossip) markDeparted(id string) {
+	g.mu.Lock()
+	g.departed[id] = true
+	g.mu.Unlock()
+}
+
+func (g *gossip) isDeparted(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.departed[id]
 }
 
 func (g *gossip) snapshot() map[string]gossipMember {
@@ -169,18 +192,13 @@ func (g *gossip) markBootstrapped() {
 	}
 }
 
-func stateName(s memberlist.NodeStateType) string {
-	switch s {
-	case memberlist.StateAlive:
+// health names a member's gossip state for status: alive, or failed (left
+// or unreachable).
+func health(alive bool) string {
+	if alive {
 		return "alive"
-	case memberlist.StateSuspect:
-		return "suspect"
-	case memberlist.StateDead:
-		return "dead"
-	case memberlist.StateLeft:
-		return "left"
 	}
-	return "unknown"
+	return "failed"
 }
 
 // joinLoop contacts the configured gossip addresses until one answers.
@@ -225,7 +243,7 @@ func (n *Node) bootstrapLoop() {
 		members := n.gossip.snapshot()
 		other := false
 		for id, m := range members {
-			if m.state != memberlist.StateAlive {
+			if !m.alive {
 				continue
 			}
 			if m.meta.Bootstrapped && id != n.cfg.NodeID {
@@ -279,9 +297,9 @@ func leaderKnown(r *raft.Raft) bool {
 
 // reconcileLoop runs on the leader: it makes raft's configuration follow
 // gossip. A live node missing from raft is added (as a voter while there are
-// fewer than Voters, else as a nonvoter); a node that left gracefully is
-// removed; a nonvoter is promoted when voters are missing. A node that fails
-// without leaving stays a member (it may come back).
+// fewer than Voters, else as a nonvoter); a nonvoter is promoted when voters
+// are missing. A node that leaves gracefully removes itself (Leave); a node
+// that fails without leaving stays a member (it may come back).
 func (n *Node) reconcileLoop() {
 	defer n.wg.Done()
 	tick := time.NewTicker(500 * time.Millisecond)
@@ -330,14 +348,7 @@ func (n *Node) reconcile() error {
 		m := members[id]
 		s, known := inRaft[id]
 		switch {
-		case m.state == memberlist.StateLeft && known && id != n.cfg.NodeID:
-			n.log.Info("removing member that left", "member", id)
-			if err := n.raft.RemoveServer(raft.ServerID(id), 0, 5*time.Second).Error(); err != nil {
-				errs = append(errs, fmt.Errorf("remove %s: %w", id, err))
-			} else if s.Suffrage == raft.Voter {
-				voters--
-			}
-		case m.state == memberlist.StateAlive && m.meta.Addr != "" && (!known || string(s.Address) != m.meta.Addr):
+		case m.alive && m.meta.Addr != "" && (!known || string(s.Address) != m.meta.Addr) && !n.gossip.isDeparted(id):
 			var err error
 			if voters < n.cfg.Voters || (known && s.Suffrage == raft.Voter) {
 				n.log.Info("adding voter", "member", id, "addr", m.meta.Addr)
@@ -360,7 +371,7 @@ func (n *Node) reconcile() error {
 			break
 		}
 		m, ok := members[string(s.ID)]
-		if s.Suffrage != raft.Nonvoter || !ok || m.state != memberlist.StateAlive {
+		if s.Suffrage != raft.Nonvoter || !ok || !m.alive {
 			continue
 		}
 		n.log.Info("promoting nonvoter to voter", "member", s.ID)
@@ -424,6 +435,7 @@ func (n *Node) removeServer(id string) (uint64, error) {
 	if n.raft.State() != raft.Leader {
 		return 0, errNotLeader
 	}
+	n.gossip.markDeparted(id)
 	f := n.raft.RemoveServer(raft.ServerID(id), 0, 5*time.Second)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
@@ -461,12 +473,30 @@ func (n *Node) Leave(ctx context.Context) error {
 	if n.closed() {
 		return ErrClosed
 	}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		voters := 0
+		self := false
+		for _, s := range f.Configuration().Servers {
+			if s.Suffrage == raft.Voter {
+				voters++
+				self = self || string(s.ID) == n.cfg.NodeID
+			}
+		}
+		if self && voters == 1 {
+			return fmt.Errorf("node: leave: %w: %s is the cluster's only voter; stop it instead (its state stays in the data dir)", ErrInvalidRequest, n.cfg.NodeID)
+		}
+	}
 	if n.raft.State() == raft.Leader {
 		if f := n.raft.GetConfiguration(); f.Error() == nil && len(f.Configuration().Servers) > 1 {
 			if err := n.raft.LeadershipTransfer().Error(); err != nil {
 				n.log.Warn("leadership transfer before leave failed", "err", err)
 			}
 		}
+	}
+	// Announce the departure in gossip first, so no leader's reconcile sees
+	// this node alive and outside raft and adds it back.
+	if err := n.gossip.ml.Leave(2 * time.Second); err != nil {
+		n.log.Warn("gossip leave", "err", err)
 	}
 	backoff := 10 * time.Millisecond
 	for {
@@ -481,9 +511,6 @@ func (n *Node) Leave(ctx context.Context) error {
 			return fmt.Errorf("node: leave: %w: %w", ErrNoLeader, err)
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
-	}
-	if err := n.gossip.ml.Leave(2 * time.Second); err != nil {
-		n.log.Warn("gossip leave", "err", err)
 	}
 	n.log.Info("left the cluster")
 	return n.Close()

@@ -342,13 +342,16 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 	}
 	begin := time.Now()
 	backoff := time.Millisecond
+	var lastErr error
 	for {
 		if n.closed() {
 			return Reservation{}, ErrClosed
 		}
 		remaining := maxWait - time.Since(begin)
 		if remaining < 0 {
-			return Reservation{}, &LimitExceededError{Key: key, Wait: -remaining, MaxWait: maxWait}
+			// Retries (no leader, leader change, late grants) used up the
+			// caller's maximum wait: say why, not "limit exceeded".
+			return Reservation{}, fmt.Errorf("node: reserve %q: %w within max wait %v: %w", key, ErrNoLeader, maxWait, lastErr)
 		}
 		sent := time.Now()
 		wait, err := n.pacer.reserve(ctx, n.ctx.Done(), key, count, remaining)
@@ -368,12 +371,15 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 			}
 			n.stats.lateGrants.Add(1)
 			n.log.Warn("grant arrived too late to use; asking again", "key", key, "round_trip", arrived.Sub(sent), "use_grace", n.cfg.UseGrace)
+			lastErr = fmt.Errorf("grant arrived after %v, past its use-by", arrived.Sub(sent))
 			continue
 		}
 		if !retryable(err) {
 			n.countResult(err)
 			return Reservation{}, err
 		}
+		lastErr = err
+		n.log.Debug("reserve: retrying", "key", key, "err", err)
 		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
 			return Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, ErrNoLeader, err)
 		}

@@ -30,7 +30,7 @@ const maxExtendBatch = 1024
 type pacer struct {
 	now     func() int64
 	ahead   int64
-	fresh   bool // unsafeFreshStart: see Config
+	fresh   bool                           // unsafeFreshStart: see Config
 	tracked func(key string) (int64, bool) // the fsm adapter's local horizons
 	limits  func() map[string]fsm.Limit
 

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 )
 
@@ -33,7 +32,7 @@ type MemberStatus struct {
 	Addr       string `json:"addr"`
 	GossipAddr string `json:"gossip_addr,omitempty"`
 	Role       string `json:"role"`   // voter, nonvoter, none
-	Health     string `json:"health"` // alive, suspect, dead, left, unknown
+	Health     string `json:"health"` // alive, failed (left or unreachable), unknown (not seen in gossip yet)
 	Leader     bool   `json:"leader"`
 }
 
@@ -100,7 +99,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 				m.Role = "nonvoter"
 			}
 			if g, ok := gm[m.ID]; ok {
-				m.Health = stateName(g.state)
+				m.Health = health(g.alive)
 				m.GossipAddr = g.gossip
 			}
 			st.Members = append(st.Members, m)
@@ -108,8 +107,9 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		}
 	}
 	for id, g := range gm {
-		if !seen[id] && g.state != memberlist.StateLeft {
-			st.Members = append(st.Members, MemberStatus{ID: id, Addr: g.meta.Addr, GossipAddr: g.gossip, Role: "none", Health: stateName(g.state)})
+		// Gossip-only members are shown while they are alive: about to join.
+		if !seen[id] && g.alive {
+			st.Members = append(st.Members, MemberStatus{ID: id, Addr: g.meta.Addr, GossipAddr: g.gossip, Role: "none", Health: health(g.alive)})
 		}
 	}
 	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })

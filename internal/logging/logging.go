@@ -44,7 +44,21 @@ func toSlog(level hclog.Level) slog.Level {
 }
 
 func (a *hcAdapter) Log(level hclog.Level, msg string, args ...any) {
+	if level >= hclog.Warn && closedConn(args) {
+		// raft reports every connection closed by a normal shutdown as an
+		// error; it is not one.
+		level = hclog.Debug
+	}
 	a.l.Log(context.Background(), toSlog(level), msg, args...)
+}
+
+func closedConn(args []any) bool {
+	for _, a := range args {
+		if err, ok := a.(error); ok && strings.Contains(err.Error(), "use of closed network connection") {
+			return true
+		}
+	}
+	return false
 }
 func (a *hcAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }
 func (a *hcAdapter) Debug(msg string, args ...any) { a.Log(hclog.Debug, msg, args...) }

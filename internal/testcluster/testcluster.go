@@ -1,12 +1,15 @@
 // Package testcluster runs several raftpace nodes in one test process over
 // real TCP on loopback: ports from 127.0.0.1:0, data dirs from t.TempDir(),
-// short raft timers. It is for fast tests; the tests users believe run real
+// short raft timers. RAFTPACE_TEST_LOG=1 sends the nodes' logs to stderr.
+// It is for fast tests; the tests users believe run real
 // processes of the built binary (cmd/raftpace).
 package testcluster
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -43,6 +46,9 @@ func New(t testing.TB, size int, opts ...Option) *Cluster {
 			Join:            join,
 			Timing:          node.FastTiming(),
 			HorizonAhead:    300 * time.Millisecond,
+		}
+		if os.Getenv("RAFTPACE_TEST_LOG") != "" {
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
 		for _, o := range opts {
 			o(i, &cfg)

@@ -1,0 +1,466 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/admin"
+	"github.com/raftpace/raftpace/internal/timeline"
+	"github.com/raftpace/raftpace/node"
+)
+
+const agentAbout = `Runs a raftpace node: raft and RPC on --bind, gossip (discovery and failure
+detection) on --gossip-bind, and the local admin API (used by status, limit,
+join, leave) on --http. Logs go to stderr.
+
+Forming a cluster: start three agents with --bootstrap-expect 3 and
+--join pointing at each other's gossip addresses (or at one of them); they
+bootstrap once they see each other. A node added later joins with
+--bootstrap-expect 0 (the default) and --join. A single node:
+--bootstrap-expect 1.
+
+On SIGINT or SIGTERM the agent stops its load, closes the node without
+leaving the cluster (a restart with the same --data-dir rejoins) and exits
+0. 'raftpace leave' makes it leave the cluster, then exit.
+
+With --ready-file the agent writes, once the node runs and the admin API
+listens, a JSON document with the addresses it actually bound:
+  {"node_id":..,"addr":..,"gossip_addr":..,"http_addr":..,"pid":..}
+(written to a temporary file and renamed; removed at start and at a clean
+exit).
+
+Load generation (tests and demos): --load KEY[:CONCURRENCY] runs
+CONCURRENCY goroutines (default 1) calling Wait(KEY) in a loop once a
+leader is known, and appends each admitted event to --timeline as
+"unix_nanos node_id key". They wait (retrying every 100ms) while no limit
+is set for KEY. The concurrency is the number after the key's last ':';
+write KEY:1 for a key that itself ends in ':NUMBER'.`
+
+// agentConfig is the agent's command line.
+type agentConfig struct {
+	nodeID, dataDir          string
+	bind, advertise          string
+	gossipBind, gossipAdvert string
+	bootstrapExpect          int
+	join                     listFlag
+	httpAddr                 string
+	clusterName              string
+	voters                   int
+	horizonAhead             time.Duration
+	raftTiming               string
+	logFormat, logLevel      string
+	readyFile                string
+	load                     listFlag
+	loadMode                 string
+	timeline                 string
+}
+
+func agentFlags() (*flags, *agentConfig) {
+	f := newFlags("agent", "--data-dir DIR [flags]", agentAbout)
+	a := &agentConfig{join: listFlag{sep: ","}, load: listFlag{}}
+	f.StringVar(&a.nodeID, "node-id", "", "this node's `ID`, unique and stable across restarts (default: the host name)")
+	f.StringVar(&a.dataDir, "data-dir", "", "`DIR` for the raft log, stable store and snapshots (required)")
+	f.StringVar(&a.bind, "bind", "127.0.0.1:7400", "`HOST:PORT` for raft and RPC between nodes (port 0: any free port)")
+	f.StringVar(&a.advertise, "advertise", "", "`HOST:PORT` other nodes dial for raft and RPC (default: the bound address)")
+	f.StringVar(&a.gossipBind, "gossip-bind", "127.0.0.1:7401", "`HOST:PORT` for gossip, TCP and UDP (port 0: any free port)")
+	f.StringVar(&a.gossipAdvert, "gossip-advertise", "", "gossip `HOST:PORT` other nodes use (default: the bound address)")
+	f.IntVar(&a.bootstrapExpect, "bootstrap-expect", 0, "form a new cluster once `N` nodes started with the same value see each other;\n0 joins an existing cluster, 1 runs a single-node cluster")
+	f.Var(&a.join, "join", "gossip `HOST:PORT[,...]` of cluster members to contact at start (may repeat)")
+	f.StringVar(&a.httpAddr, "http", "127.0.0.1:7402", "`HOST:PORT` of the local admin API; \"\" or \"off\" disables it")
+	f.StringVar(&a.clusterName, "cluster-name", "raftpace", "`NAME` carried in every gossip packet; nodes of other clusters are not heard")
+	f.IntVar(&a.voters, "voters", 3, "number of raft voters the leader keeps (`N`, 1-5); further nodes are nonvoters")
+	f.DurationVar(&a.horizonAhead, "horizon-ahead", time.Second, "`DURATION` the leader commits each key's horizon ahead of need;\nalso the longest pause in grants after a leader change")
+	f.StringVar(&a.raftTiming, "raft-timing", "lan", "raft `TIMERS`: lan (failover in 1-2s) or fast (loopback tests)")
+	f.StringVar(&a.logFormat, "log-format", "text", "log `FORMAT`: text or json")
+	f.StringVar(&a.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
+	f.StringVar(&a.readyFile, "ready-file", "", "write the bound addresses as JSON to `PATH` once ready")
+	f.Var(&a.load, "load", "generate load: `KEY[:CONCURRENCY]` goroutines calling Wait(KEY) in a loop\n(tests and demos; may repeat; in RAFTPACE_LOAD separate with spaces)")
+	f.StringVar(&a.loadMode, "load-mode", "raft", "how --load paces, `MODE` raft (ask the cluster: the real thing) or solo:\nTEST/DEMONSTRATION MODE with coordination turned off: each key is paced\nby a local GCRA at its full replicated rate and burst, never asking the\nleader, so N agents admit about N times the rate (shows a ceiling test can fail)")
+	f.StringVar(&a.timeline, "timeline", "", "append each admitted --load event to `FILE` (\"unix_nanos node_id key\" lines)")
+	f.withEnv("node-id", "data-dir", "bind", "advertise", "gossip-bind", "gossip-advertise", "bootstrap-expect",
+		"join", "http", "cluster-name", "voters", "horizon-ahead", "raft-timing", "log-format", "log-level",
+		"ready-file", "load", "load-mode", "timeline")
+	return f, a
+}
+
+// loadSpec is one --load value.
+type loadSpec struct {
+	key         string
+	concurrency int
+}
+
+const maxLoadConcurrency = 10000
+
+// parseLoad splits KEY[:CONCURRENCY]: the part after the last ':' is the
+// concurrency when it is a number.
+func parseLoad(v string) (loadSpec, error) {
+	s := loadSpec{key: v, concurrency: 1}
+	if i := strings.LastIndexByte(v, ':'); i >= 0 {
+		if c, err := strconv.Atoi(v[i+1:]); err == nil {
+			s.key, s.concurrency = v[:i], c
+		}
+	}
+	if err := fsm.ValidateKey(s.key); err != nil {
+		return s, fmt.Errorf("--load %q: %w", v, err)
+	}
+	if s.concurrency < 1 || s.concurrency > maxLoadConcurrency {
+		return s, fmt.Errorf("--load %q: concurrency %d must be 1-%d", v, s.concurrency, maxLoadConcurrency)
+	}
+	return s, nil
+}
+
+// checkHostPort validates a host:port flag value; port 0 is allowed where
+// binding (any free port).
+func checkHostPort(flagName, v string, needHost bool) error {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return fmt.Errorf("--%s %q: must be HOST:PORT", flagName, v)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("--%s %q: port must be a number 0-65535", flagName, v)
+	}
+	if needHost && (host == "" || p == 0) {
+		return fmt.Errorf("--%s %q: must name a host and a non-zero port", flagName, v)
+	}
+	return nil
+}
+
+// configError lists every problem of a configuration.
+type configError struct{ problems []string }
+
+func (e *configError) Error() string {
+	return "agent: invalid configuration:\n" + strings.Join(e.problems, "\n")
+}
+
+// validate checks the command line and returns the node config and the
+// load specs. It reports every problem at once.
+func (a *agentConfig) validate() (node.Config, []loadSpec, error) {
+	var problems []string
+	bad := func(err error) { problems = append(problems, err.Error()) }
+
+	if a.nodeID == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			bad(fmt.Errorf("--node-id: required (the host name is unavailable: %w)", err))
+		}
+		a.nodeID = host
+	}
+	if a.nodeID != "" {
+		if err := fsm.ValidateID(a.nodeID); err != nil {
+			bad(fmt.Errorf("--node-id: %w", err))
+		}
+	}
+	if strings.TrimSpace(a.dataDir) == "" {
+		bad(errors.New("--data-dir: required: the directory for the raft log and snapshots"))
+	}
+	for _, hp := range []struct {
+		name, v  string
+		needHost bool
+	}{
+		{"bind", a.bind, false},
+		{"gossip-bind", a.gossipBind, false},
+		{"advertise", a.advertise, true},
+		{"gossip-advertise", a.gossipAdvert, true},
+	} {
+		if hp.v == "" {
+			if !hp.needHost { // the bind addresses are required
+				bad(fmt.Errorf("--%s: required (HOST:PORT)", hp.name))
+			}
+			continue
+		}
+		if err := checkHostPort(hp.name, hp.v, hp.needHost); err != nil {
+			bad(err)
+		}
+	}
+	for _, j := range a.join.items {
+		if err := checkHostPort("join", j, true); err != nil {
+			bad(err)
+		}
+	}
+	if a.httpOn() {
+		if err := checkHostPort("http", a.httpAddr, false); err != nil {
+			bad(fmt.Errorf("%w (or \"off\")", err))
+		}
+	}
+	if a.bootstrapExpect < 0 {
+		bad(fmt.Errorf("--bootstrap-expect %d: must be >= 0", a.bootstrapExpect))
+	}
+	if a.voters < 1 || a.voters > 5 {
+		bad(fmt.Errorf("--voters %d: must be 1-5", a.voters))
+	}
+	if a.horizonAhead <= 0 {
+		bad(fmt.Errorf("--horizon-ahead %v: must be positive", a.horizonAhead))
+	}
+	var timing node.Timing
+	switch a.raftTiming {
+	case "lan":
+		timing = node.LANTiming()
+	case "fast":
+		timing = node.FastTiming()
+	default:
+		bad(fmt.Errorf("--raft-timing %q: must be lan or fast", a.raftTiming))
+	}
+	if a.logFormat != "text" && a.logFormat != "json" {
+		bad(fmt.Errorf("--log-format %q: must be text or json", a.logFormat))
+	}
+	if _, err := parseLevel(a.logLevel); err != nil {
+		bad(err)
+	}
+	var specs []loadSpec
+	seen := map[string]bool{}
+	for _, v := range a.load.items {
+		s, err := parseLoad(v)
+		if err != nil {
+			bad(err)
+			continue
+		}
+		if seen[s.key] {
+			bad(fmt.Errorf("--load %q: key %q given twice", v, s.key))
+			continue
+		}
+		seen[s.key] = true
+		specs = append(specs, s)
+	}
+	if a.loadMode != "raft" && a.loadMode != "solo" {
+		bad(fmt.Errorf("--load-mode %q: must be raft or solo", a.loadMode))
+	}
+	if a.timeline != "" && len(a.load.items) == 0 {
+		bad(errors.New("--timeline: only meaningful with --load"))
+	}
+	if len(problems) > 0 {
+		return node.Config{}, nil, &configError{problems: problems}
+	}
+	return node.Config{
+		NodeID:              a.nodeID,
+		DataDir:             a.dataDir,
+		BindAddr:            a.bind,
+		AdvertiseAddr:       a.advertise,
+		GossipBindAddr:      a.gossipBind,
+		GossipAdvertiseAddr: a.gossipAdvert,
+		ClusterName:         a.clusterName,
+		BootstrapExpect:     a.bootstrapExpect,
+		Join:                a.join.items,
+		Voters:              a.voters,
+		Timing:              timing,
+		HorizonAhead:        a.horizonAhead,
+	}, specs, nil
+}
+
+func (a *agentConfig) httpOn() bool { return a.httpAddr != "" && a.httpAddr != "off" }
+
+func parseLevel(s string) (slog.Level, error) {
+	switch s {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("--log-level %q: must be debug, info, warn or error", s)
+}
+
+// readyInfo is the --ready-file document.
+type readyInfo struct {
+	NodeID     string `json:"node_id"`
+	Addr       string `json:"addr"`
+	GossipAddr string `json:"gossip_addr"`
+	HTTPAddr   string `json:"http_addr"`
+	PID        int    `json:"pid"`
+}
+
+// writeFileAtomic writes data to a temporary file beside path and renames
+// it over path, so a reader sees the old file, no file or the whole new one.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename this fails harmlessly
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// agentNode is the node as the admin API sees it: when the node has left
+// (and so closed), the agent is told, and exits.
+type agentNode struct {
+	*node.Node
+	log  *slog.Logger
+	left chan error
+}
+
+func (a *agentNode) Leave(ctx context.Context) error {
+	a.log.Info("leaving the cluster (admin request)")
+	err := a.Node.Leave(ctx)
+	if err != nil {
+		// Leave fails before it closes the node, except when closing
+		// itself fails: then the agent has nothing left to run.
+		if st, serr := a.Node.Status(context.Background()); serr == nil && st.State != "Shutdown" {
+			a.log.Error("leave failed; still a member and running", "err", err)
+			return err
+		}
+	}
+	select {
+	case a.left <- err:
+	default:
+	}
+	return err
+}
+
+func (c *cli) agent(name string, args []string) error {
+	f, a := agentFlags()
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	if err := f.noArgs(pos); err != nil {
+		return err
+	}
+	cfg, specs, err := a.validate()
+	if err != nil {
+		return err
+	}
+	level, _ := parseLevel(a.logLevel)
+	hopts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(c.stderr, hopts)
+	if a.logFormat == "json" {
+		h = slog.NewJSONHandler(c.stderr, hopts)
+	}
+	logger := slog.New(h)
+	cfg.Logger = logger
+	log := logger.With("component", "agent", "node", cfg.NodeID)
+
+	if a.readyFile != "" {
+		if err := os.Remove(a.readyFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("agent: --ready-file: %w", err)
+		}
+	}
+	var tl *timeline.Writer
+	if a.timeline != "" {
+		if tl, err = timeline.NewWriter(a.timeline, cfg.NodeID); err != nil {
+			return fmt.Errorf("agent: --timeline: %w", err)
+		}
+		defer tl.Close()
+	}
+	var ln net.Listener
+	if a.httpOn() {
+		if ln, err = net.Listen("tcp", a.httpAddr); err != nil {
+			return fmt.Errorf("agent: --http: %w", err)
+		}
+		defer ln.Close()
+	}
+
+	n, err := node.New(cfg)
+	if err != nil {
+		if errors.Is(err, node.ErrInvalidConfig) {
+			return &configError{problems: strings.Split(err.Error(), "\n")}
+		}
+		return fmt.Errorf("agent: starting node: %w", err)
+	}
+	defer n.Close()
+
+	left := make(chan error, 1)
+	srvErr := make(chan error, 1)
+	var srv *http.Server
+	httpAddr := ""
+	if ln != nil {
+		httpAddr = ln.Addr().String()
+		srv = &http.Server{
+			Handler:           admin.NewHandler(&agentNode{Node: n, log: log, left: left}),
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
+		}
+		go func() { srvErr <- srv.Serve(ln) }()
+		log.Info("admin API listening", "http", httpAddr)
+	}
+
+	if a.readyFile != "" {
+		info := readyInfo{NodeID: cfg.NodeID, Addr: n.Addr(), GossipAddr: n.GossipAddr(), HTTPAddr: httpAddr, PID: os.Getpid()}
+		b, _ := json.MarshalIndent(info, "", "  ")
+		if err := writeFileAtomic(a.readyFile, append(b, '\n')); err != nil {
+			c.shutdownHTTP(srv, log)
+			return fmt.Errorf("agent: --ready-file: %w", err)
+		}
+		defer os.Remove(a.readyFile)
+	}
+
+	loadCtx, stopLoad := context.WithCancel(c.ctx)
+	defer stopLoad()
+	waitLoad := func() {}
+	if len(specs) > 0 {
+		var rec recorder = countOnly{}
+		if tl != nil {
+			rec = tl
+		}
+		waitLoad = startLoad(loadCtx, n, specs, a.loadMode, rec, log)
+	}
+
+	var result error
+	select {
+	case <-c.ctx.Done():
+		log.Info("signal received; shutting down (without leaving the cluster)")
+	case err := <-left:
+		if err != nil {
+			log.Error("leave failed; shutting down without having left", "err", err)
+			result = fmt.Errorf("agent: leave: %w", err)
+		} else {
+			log.Info("left the cluster; shutting down")
+		}
+	case err := <-srvErr:
+		log.Error("admin API failed", "err", err)
+		result = fmt.Errorf("agent: admin API: %w", err)
+	}
+	stopLoad()
+	waitLoad()
+	if tl != nil {
+		if err := tl.Close(); err != nil {
+			log.Error("closing timeline", "err", err)
+			result = errors.Join(result, err)
+		}
+	}
+	c.shutdownHTTP(srv, log)
+	if err := n.Close(); err != nil {
+		log.Error("closing node", "err", err)
+		result = errors.Join(result, err)
+	}
+	log.Info("stopped")
+	return result
+}
+
+func (c *cli) shutdownHTTP(srv *http.Server, log *slog.Logger) {
+	if srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		log.Warn("admin API shutdown", "err", err)
+		srv.Close()
+	}
+}

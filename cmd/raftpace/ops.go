@@ -1,0 +1,400 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/admin"
+	"github.com/raftpace/raftpace/node"
+)
+
+// version is set at build time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+// adminOpts are the flags shared by the commands that call an agent.
+type adminOpts struct {
+	addr    string
+	timeout time.Duration
+}
+
+func addAdminFlags(f *flags) *adminOpts {
+	o := &adminOpts{}
+	f.StringVar(&o.addr, "addr", "127.0.0.1:7402", "`HOST:PORT` of the agent's admin API (its --http)")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "give up after `DURATION`")
+	f.withEnv("addr", "timeout")
+	return o
+}
+
+func (o *adminOpts) client() *admin.Client { return &admin.Client{Addr: o.addr} }
+
+func (o *adminOpts) context(c *cli) (context.Context, context.CancelFunc) {
+	if o.timeout <= 0 {
+		return context.WithCancel(c.ctx)
+	}
+	return context.WithTimeout(c.ctx, o.timeout)
+}
+
+// ---- status ---------------------------------------------------------------
+
+func (c *cli) status(name string, args []string) error {
+	f := newFlags("status", "[--json] [flags]",
+		"Prints the cluster as the agent at --addr sees it: the leader and term, this\nnode's raft state, the members and the limits. --json prints the agent's\nstatus document as is.")
+	o := addAdminFlags(f)
+	asJSON := f.Bool("json", false, "print the status document as JSON")
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	if err := f.noArgs(pos); err != nil {
+		return err
+	}
+	ctx, cancel := o.context(c)
+	defer cancel()
+	st, err := o.client().Status(ctx)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	if *asJSON {
+		return printJSON(c.stdout, st)
+	}
+	printStatus(c.stdout, st)
+	return nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+func printStatus(w io.Writer, st node.Status) {
+	leader := st.Leader
+	if leader == "" {
+		leader = "(none)"
+	}
+	state := st.State
+	if st.Granting {
+		state += ", granting"
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "Node:\t%s (%s)\n", st.ID, state)
+	fmt.Fprintf(tw, "Leader:\t%s\n", leader)
+	fmt.Fprintf(tw, "Term:\t%d\n", st.Term)
+	fmt.Fprintf(tw, "Applied index:\t%d\n", st.AppliedIndex)
+	fmt.Fprintf(tw, "Addresses:\traft %s, gossip %s\n", st.Addr, st.GossipAddr)
+	s := st.Stats
+	fmt.Fprintf(tw, "Stats:\tgranted=%d refused=%d unknown_key=%d forwarded=%d late_grants=%d\n",
+		s.Granted, s.Refused, s.UnknownKey, s.Forwarded, s.LateGrants)
+	tw.Flush()
+
+	fmt.Fprintf(w, "\nMembers (%d):\n", len(st.Members))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tADDR\tROLE\tHEALTH\tLEADER")
+	for _, m := range st.Members {
+		mark := ""
+		if m.Leader {
+			mark = "*"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.ID, m.Addr, m.Role, m.Health, mark)
+	}
+	tw.Flush()
+
+	fmt.Fprintf(w, "\nLimits (%d):\n", len(st.Limits))
+	if len(st.Limits) == 0 {
+		fmt.Fprintln(w, "(none set: raftpace limit set KEY --rate R)")
+		return
+	}
+	lims := make(map[string]fsm.Limit, len(st.Limits))
+	for _, l := range st.Limits {
+		lims[l.Key] = fsm.Limit{Rate: l.Rate, Burst: l.Burst}
+	}
+	printLimits(w, lims)
+}
+
+// printLimits prints an aligned table of limits sorted by key.
+func printLimits(w io.Writer, lims map[string]fsm.Limit) {
+	keys := make([]string, 0, len(lims))
+	for k := range lims {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tRATE\tBURST")
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%s\t%s/s\t%d\n", k, formatRate(lims[k].Rate), lims[k].Burst)
+	}
+	tw.Flush()
+}
+
+func formatRate(r float64) string { return strconv.FormatFloat(r, 'g', -1, 64) }
+
+// ---- limit ----------------------------------------------------------------
+
+const limitUsage = `Usage: raftpace limit set KEY --rate R [--burst B] [flags]
+       raftpace limit get KEY [--json] [flags]
+       raftpace limit list [--json] [flags]
+
+Sets or reads the limit of a key, through the agent at --addr. A limit is a
+rate R (events per second across the whole cluster) and a burst B >= 1: in
+any window of W seconds the cluster admits at most R*W + B events of the key.
+Run 'raftpace limit set -h' for the flags.
+`
+
+// limitValueFlags are the limit subcommands' flags that take a value; the
+// others (--json, -h) do not.
+var limitValueFlags = map[string]bool{"addr": true, "timeout": true, "rate": true, "burst": true}
+
+func (c *cli) limit(name string, args []string) error {
+	// Flags may come before the subcommand (limit --addr A set K --rate R):
+	// find the first argument that is neither a flag nor a flag's value.
+	sub := -1
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			sub = i
+			break
+		}
+		flagName := strings.TrimLeft(a, "-")
+		if n, _, hasValue := strings.Cut(flagName, "="); hasValue || !limitValueFlags[n] {
+			if n == "h" || n == "help" {
+				fmt.Fprint(c.stdout, limitUsage)
+				return errHelp
+			}
+			continue
+		}
+		i++ // skip the flag's value
+	}
+	if sub < 0 || args[sub] == "--" {
+		return &usageError{cmd: "limit", msg: "missing subcommand: set, get or list", usage: limitUsage}
+	}
+	rest := append(slices.Clone(args[:sub]), args[sub+1:]...)
+	switch args[sub] {
+	case "set":
+		return c.limitSet(rest)
+	case "get":
+		return c.limitGet(rest)
+	case "list", "ls":
+		return c.limitList(rest)
+	case "help":
+		fmt.Fprint(c.stdout, limitUsage)
+		return errHelp
+	}
+	return &usageError{cmd: "limit", msg: fmt.Sprintf("unknown subcommand %q: want set, get or list", args[sub]), usage: limitUsage}
+}
+
+// oneKey returns the single positional KEY.
+func oneKey(f *flags, pos []string) (string, error) {
+	switch {
+	case len(pos) == 0:
+		return "", f.usageError("KEY is required")
+	case len(pos) > 1:
+		return "", f.usageError("unexpected argument %q (one KEY at a time)", pos[1])
+	}
+	return pos[0], nil
+}
+
+func (c *cli) limitSet(args []string) error {
+	f := newFlags("limit set", "KEY --rate R [--burst B] [flags]",
+		"Sets KEY's limit for the whole cluster: at most R events per second, with\nbursts of up to B. It returns once the limit is committed.")
+	o := addAdminFlags(f)
+	rate := f.String("rate", "", "events per second across the cluster, `R` > 0 (required)")
+	burst := f.String("burst", "1", "events allowed at once after a quiet spell, `B` >= 1")
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	key, err := oneKey(f, pos)
+	if err != nil {
+		return err
+	}
+	if *rate == "" {
+		return f.usageError("--rate is required")
+	}
+	// Out of range values come back as +-Inf, 0 or the largest integers;
+	// validation then names the rule they break.
+	r, err := strconv.ParseFloat(strings.TrimSpace(*rate), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return f.usageError("--rate: invalid number %q", *rate)
+	}
+	b, err := strconv.Atoi(strings.TrimSpace(*burst))
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return f.usageError("--burst: invalid integer %q", *burst)
+	}
+	lim := fsm.Limit{Rate: r, Burst: b}
+	ctx, cancel := o.context(c)
+	defer cancel()
+	if err := o.client().SetLimit(ctx, key, lim); err != nil {
+		return fmt.Errorf("limit set %q: %w", key, err)
+	}
+	fmt.Fprintf(c.stdout, "%s: rate %s/s, burst %d\n", key, formatRate(r), b)
+	return nil
+}
+
+func (c *cli) limitGet(args []string) error {
+	f := newFlags("limit get", "KEY [--json] [flags]", "Prints KEY's limit.")
+	o := addAdminFlags(f)
+	asJSON := f.Bool("json", false, `print {"key":..,"rate":..,"burst":..}`)
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	key, err := oneKey(f, pos)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := o.context(c)
+	defer cancel()
+	lim, err := o.client().Limit(ctx, key)
+	if err != nil {
+		if errors.Is(err, node.ErrUnknownKey) {
+			return fmt.Errorf("limit get %q: unknown key: no limit is set for it (set one with: raftpace limit set %s --rate R)", key, key)
+		}
+		return fmt.Errorf("limit get %q: %w", key, err)
+	}
+	if *asJSON {
+		return printJSON(c.stdout, admin.KeyLimit{Key: key, Rate: lim.Rate, Burst: lim.Burst})
+	}
+	printLimits(c.stdout, map[string]fsm.Limit{key: lim})
+	return nil
+}
+
+func (c *cli) limitList(args []string) error {
+	f := newFlags("limit list", "[--json] [flags]", "Prints every limit, sorted by key.")
+	o := addAdminFlags(f)
+	asJSON := f.Bool("json", false, `print {"limits":{"KEY":{"rate":..,"burst":..},...}}`)
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	if err := f.noArgs(pos); err != nil {
+		return err
+	}
+	ctx, cancel := o.context(c)
+	defer cancel()
+	lims, err := o.client().Limits(ctx)
+	if err != nil {
+		return fmt.Errorf("limit list: %w", err)
+	}
+	if *asJSON {
+		resp := admin.LimitsResponse{Limits: map[string]admin.Limit{}}
+		for k, l := range lims {
+			resp.Limits[k] = admin.Limit{Rate: l.Rate, Burst: l.Burst}
+		}
+		return printJSON(c.stdout, resp)
+	}
+	if len(lims) == 0 {
+		fmt.Fprintln(c.stdout, "(no limits set: raftpace limit set KEY --rate R)")
+		return nil
+	}
+	printLimits(c.stdout, lims)
+	return nil
+}
+
+// ---- join and leave -------------------------------------------------------
+
+func (c *cli) join(name string, args []string) error {
+	f := newFlags("join", "ADDR[,ADDR...] [flags]",
+		"Tells the agent at --addr to contact cluster members at their gossip\naddresses (their --gossip-bind or --gossip-advertise); the cluster's leader\nthen adds it. Equivalent to starting the agent with --join.")
+	o := addAdminFlags(f)
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	var addrs listFlag
+	addrs.sep = ","
+	for _, p := range pos {
+		_ = addrs.Set(p)
+	}
+	if len(addrs.items) == 0 {
+		return f.usageError("at least one gossip ADDR (host:port) is required")
+	}
+	ctx, cancel := o.context(c)
+	defer cancel()
+	count, err := o.client().Join(ctx, addrs.items)
+	if err != nil {
+		return fmt.Errorf("join: %w", err)
+	}
+	fmt.Fprintf(c.stdout, "joined: %d of %d address(es) answered\n", count, len(addrs.items))
+	return nil
+}
+
+func (c *cli) leave(name string, args []string) error {
+	f := newFlags("leave", "[flags]",
+		"Makes the agent at --addr leave the cluster gracefully (it hands over\nleadership if it leads, and is removed from raft and gossip), then exit.\nReturns once the node has left and, up to --timeout, the agent has stopped.\nIf the leave fails the agent keeps running as a member.")
+	o := addAdminFlags(f)
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	if err := f.noArgs(pos); err != nil {
+		return err
+	}
+	ctx, cancel := o.context(c)
+	defer cancel()
+	cl := o.client()
+	st, err := cl.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("leave: %w", err)
+	}
+	if err := cl.Leave(ctx); err != nil {
+		return fmt.Errorf("leave: %s did not leave: %w", st.ID, err)
+	}
+	fmt.Fprintf(c.stdout, "%s has left the cluster\n", st.ID)
+	// The agent exits once its node has left: wait for its API to go away.
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		_, err := cl.Status(pctx)
+		pcancel()
+		var ue *admin.UnreachableError
+		if errors.As(err, &ue) && !ue.Timeout {
+			fmt.Fprintf(c.stdout, "%s has stopped\n", st.ID)
+			return nil
+		}
+		if !sleep(ctx, 50*time.Millisecond) {
+			return fmt.Errorf("leave: %s left the cluster but its agent was still running after %v", st.ID, o.timeout)
+		}
+	}
+}
+
+// ---- version --------------------------------------------------------------
+
+func (c *cli) version(name string, args []string) error {
+	f := newFlags("version", "", "Prints the version of this binary.")
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	if err := f.noArgs(pos); err != nil {
+		return err
+	}
+	v := version
+	var rev string
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				rev = s.Value[:12]
+			}
+		}
+	}
+	fmt.Fprintf(c.stdout, "raftpace %s", v)
+	if rev != "" {
+		fmt.Fprintf(c.stdout, " (%s)", rev)
+	}
+	fmt.Fprintf(c.stdout, " %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return nil
+}

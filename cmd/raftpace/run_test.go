@@ -1,0 +1,254 @@
+package main
+
+import (
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+)
+
+func TestRun_UsageAndHelp(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args       []string
+		code       int
+		stdout     string // substring; "" = no check
+		stderr     string // substring; "" = no check
+		emptyOut   bool   // stdout must be empty
+		noUsageOut bool
+	}{
+		{args: nil, code: 2, stderr: "Usage:\n  raftpace COMMAND", emptyOut: true},
+		{args: []string{"help"}, code: 0, stdout: "Operator (talks to an agent's admin API"},
+		{args: []string{"--help"}, code: 0, stdout: "Usage:\n  raftpace COMMAND"},
+		{args: []string{"help", "agent"}, code: 0, stdout: "Usage: raftpace agent --data-dir DIR"},
+		{args: []string{"help", "nope"}, code: 2, stderr: `raftpace help: unknown command "nope"`},
+		{args: []string{"frobnicate"}, code: 2, stderr: "raftpace: unknown command \"frobnicate\"\nRun 'raftpace help'", emptyOut: true},
+		{args: []string{"agent", "-h"}, code: 0, stdout: "(default 127.0.0.1:7400; env RAFTPACE_BIND)"},
+		{args: []string{"agent", "--help"}, code: 0, stdout: "--load-mode MODE"},
+		{args: []string{"status", "-h"}, code: 0, stdout: "env RAFTPACE_ADDR"},
+		{args: []string{"check", "-h"}, code: 0, stdout: "Usage: raftpace check --rate R"},
+		{args: []string{"demo", "-h"}, code: 0, stdout: "--duration"},
+		{args: []string{"limit"}, code: 2, stderr: "missing subcommand"},
+		{args: []string{"limit", "-h"}, code: 0, stdout: "raftpace limit set KEY --rate R"},
+		{args: []string{"limit", "frob"}, code: 2, stderr: `unknown subcommand "frob"`},
+		{args: []string{"limit", "--addr", "h:1"}, code: 2, stderr: "missing subcommand"},
+		{args: []string{"limit", "--addr", "h:1", "-h"}, code: 0, stdout: "raftpace limit set KEY"},
+		{args: []string{"limit", "--addr", "h:1", "set", "--bogus"}, code: 2, stderr: "raftpace limit set: flag provided but not defined: --bogus"},
+		{args: []string{"limit", "set", "-h"}, code: 0, stdout: "--rate R"},
+		{args: []string{"help", "limit", "set"}, code: 0, stdout: "--burst B"},
+		{args: []string{"status", "--bogus"}, code: 2, stderr: "raftpace status: flag provided but not defined: --bogus\n\nUsage: raftpace status", emptyOut: true},
+		{args: []string{"agent", "--data-dir", "/tmp/x", "-x"}, code: 2, stderr: "flag provided but not defined: -x"},
+		{args: []string{"agent", "--bootstrap-expect", "three"}, code: 2, stderr: `invalid value "three" for flag --bootstrap-expect`},
+		{args: []string{"agent", "--data-dir"}, code: 2, stderr: "flag needs an argument: --data-dir"},
+		{args: []string{"agent", "stray"}, code: 2, stderr: `unexpected argument "stray"`},
+		{args: []string{"status", "extra"}, code: 2, stderr: `raftpace status: unexpected argument "extra"`},
+		{args: []string{"version"}, code: 0, stdout: "raftpace "},
+		{args: []string{"version", "x"}, code: 2},
+		{args: []string{"join"}, code: 2, stderr: "at least one gossip ADDR"},
+	}
+	for _, tc := range tests {
+		r := runCLI(t.Context(), nil, tc.args...)
+		if r.code != tc.code {
+			t.Errorf("raftpace %q: exit %d, want %d\nstdout: %s\nstderr: %s", tc.args, r.code, tc.code, r.stdout, r.stderr)
+			continue
+		}
+		if tc.stdout != "" && !strings.Contains(r.stdout, tc.stdout) {
+			t.Errorf("raftpace %q: stdout lacks %q:\n%s", tc.args, tc.stdout, r.stdout)
+		}
+		if tc.stderr != "" && !strings.Contains(r.stderr, tc.stderr) {
+			t.Errorf("raftpace %q: stderr lacks %q:\n%s", tc.args, tc.stderr, r.stderr)
+		}
+		if tc.emptyOut && r.stdout != "" {
+			t.Errorf("raftpace %q: stdout not empty:\n%s", tc.args, r.stdout)
+		}
+		if tc.code == 0 && r.stderr != "" {
+			t.Errorf("raftpace %q: stderr not empty:\n%s", tc.args, r.stderr)
+		}
+	}
+}
+
+func TestAgent_ConfigErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	base := []string{"agent", "--node-id", "t1", "--bind", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0", "--http", "off"}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		code int
+		want []string // substrings of stderr
+	}{
+		{"missing data dir", base, nil, 1, []string{
+			"raftpace: agent: invalid configuration:\n  --data-dir: required"}},
+		{"bad bind", append(slices.Clone(base), "--data-dir", dir, "--bind", "nope"), nil, 1, []string{
+			`--bind "nope": must be HOST:PORT`}},
+		{"bad port", append(slices.Clone(base), "--data-dir", dir, "--bind", "127.0.0.1:99999"), nil, 1, []string{
+			`--bind "127.0.0.1:99999": port must be a number 0-65535`}},
+		{"every problem at once", []string{"agent", "--node-id", "a b", "--bind", "x", "--gossip-bind", "y:z",
+			"--advertise", ":7400", "--join", "h:1,bad", "--http", "h", "--raft-timing", "slow", "--log-format", "xml",
+			"--log-level", "loud", "--load", "k:0", "--load", ":3", "--load-mode", "alone", "--voters", "9"}, nil, 1, []string{
+			`--node-id: fsm: invalid id "a b": contains whitespace`,
+			"--data-dir: required",
+			`--bind "x": must be HOST:PORT`,
+			`--gossip-bind "y:z": port must be a number`,
+			`--advertise ":7400": must name a host`,
+			`--join "bad": must be HOST:PORT`,
+			`--http "h": must be HOST:PORT (or "off")`,
+			`--raft-timing "slow": must be lan or fast`,
+			`--log-format "xml": must be text or json`,
+			`--log-level "loud": must be debug, info, warn or error`,
+			`--load "k:0": concurrency 0 must be 1-10000`,
+			`--load ":3": fsm: invalid key "": must not be empty`,
+			`--load-mode "alone": must be raft or solo`,
+			`--voters 9: must be 1-5`,
+		}},
+		{"timeline without load", append(slices.Clone(base), "--data-dir", dir, "--timeline", filepath.Join(dir, "tl")), nil, 1, []string{
+			"--timeline: only meaningful with --load"}},
+		{"node validation", append(slices.Clone(base), "--data-dir", dir, "--bootstrap-expect", "100"), nil, 1, []string{
+			"raftpace: agent: invalid configuration:\n  invalid config: BootstrapExpect \"100\": must be 0-64"}},
+		{"env", []string{"agent"}, map[string]string{
+			"RAFTPACE_DATA_DIR": dir, "RAFTPACE_NODE_ID": "t1", "RAFTPACE_BIND": "bad-from-env",
+			"RAFTPACE_GOSSIP_BIND": "127.0.0.1:0", "RAFTPACE_HTTP": "off"}, 1, []string{
+			`--bind "bad-from-env": must be HOST:PORT`}},
+		{"env bad number", []string{"agent"}, map[string]string{"RAFTPACE_BOOTSTRAP_EXPECT": "x"}, 2, []string{
+			`RAFTPACE_BOOTSTRAP_EXPECT="x": parse error`}},
+		{"flag wins over env", append(slices.Clone(base), "--data-dir", dir, "--bind", "nope"),
+			map[string]string{"RAFTPACE_BIND": "127.0.0.1:0"}, 1, []string{`--bind "nope"`}},
+		{"http port taken", append(slices.Clone(base[:len(base)-2]), "--data-dir", dir, "--http", "256.0.0.1:1"), nil, 1, []string{
+			"raftpace: agent: --http: listen tcp"}},
+	}
+	for _, tc := range tests {
+		r := runCLI(t.Context(), tc.env, tc.args...)
+		if r.code != tc.code {
+			t.Errorf("%s: exit %d, want %d\nstderr: %s", tc.name, r.code, tc.code, r.stderr)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("%s: stderr lacks %q:\n%s", tc.name, w, r.stderr)
+			}
+		}
+	}
+}
+
+func TestLimitSet_BadArgs(t *testing.T) {
+	t.Parallel()
+	// Nothing listens here: arguments must be refused before any request.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"limit", "set", "k", "--rate", "abc"}, 2, `raftpace limit set: --rate: invalid number "abc"`},
+		{[]string{"limit", "set", "k", "--rate", "5", "--burst", "1.5"}, 2, `--burst: invalid integer "1.5"`},
+		{[]string{"limit", "set", "--rate", "5"}, 2, "KEY is required"},
+		{[]string{"limit", "set", "k"}, 2, "--rate is required"},
+		{[]string{"limit", "set", "k", "j", "--rate", "5"}, 2, `unexpected argument "j"`},
+		{[]string{"limit", "set", "k", "--rate", "0"}, 1, `raftpace: limit set "k": fsm: invalid limit: Rate 0: must be > 0`},
+		{[]string{"limit", "set", "k", "--rate", "-2"}, 1, "Rate -2: must be > 0"},
+		{[]string{"limit", "set", "k", "--rate", "NaN"}, 1, "Rate NaN: must be finite"},
+		{[]string{"limit", "set", "k", "--rate", "inf"}, 1, "Rate +Inf: must be finite"},
+		{[]string{"limit", "set", "k", "--rate", "1e999"}, 1, "Rate +Inf: must be finite"},
+		{[]string{"limit", "set", "k", "--rate", "5", "--burst", "0"}, 1, "Burst 0: must be >= 1"},
+		{[]string{"limit", "set", "k", "--rate", "0", "--burst", "0"}, 1, "Rate 0: must be > 0; fsm: invalid limit: Burst 0: must be >= 1"},
+		{[]string{"limit", "set", "a\tb", "--rate", "5"}, 1, `fsm: invalid key "a\tb": contains whitespace U+0009`},
+		{[]string{"limit", "set", "k", "--rate", "5"}, 1, "raftpace: limit set \"k\": cannot reach agent at " + dead + ": "},
+		{[]string{"limit", "get", "k"}, 1, "is it running? (--addr)"},
+		{[]string{"status"}, 1, "raftpace: status: cannot reach agent at " + dead},
+	}
+	for _, tc := range tests {
+		args := append(slices.Clone(tc.args), "--addr", dead, "--timeout", "5s")
+		r := runCLI(t.Context(), nil, args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("raftpace %q: exit %d, stderr:\n%s\nwant exit %d and %q", tc.args, r.code, r.stderr, tc.code, tc.want)
+		}
+	}
+	// RAFTPACE_ADDR is used when --addr is absent.
+	r := runCLI(t.Context(), map[string]string{"RAFTPACE_ADDR": dead}, "status", "--timeout", "5s")
+	if r.code != 1 || !strings.Contains(r.stderr, dead) {
+		t.Errorf("status with RAFTPACE_ADDR: exit %d, %s", r.code, r.stderr)
+	}
+}
+
+func TestParse_Interleaved(t *testing.T) {
+	t.Parallel()
+	f := newFlags("x", "", "")
+	rate := f.String("rate", "", "")
+	n := f.Int("n", 0, "")
+	var l listFlag
+	l.sep = ","
+	f.Var(&l, "l", "")
+	c := &cli{getenv: func(k string) (string, bool) {
+		if k == "RAFTPACE_N" {
+			return "7", true
+		}
+		return "", false
+	}}
+	f.withEnv("n", "l")
+	pos, err := c.parse(f, []string{"KEY", "--rate", "5", "FILE", "--l", "a,b", "--l", "c", "--", "--rate", "-k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *rate != "5" || *n != 7 || !slices.Equal(pos, []string{"KEY", "FILE", "--rate", "-k"}) ||
+		!slices.Equal(l.items, []string{"a", "b", "c"}) {
+		t.Errorf("rate %q n %d pos %q l %q", *rate, *n, pos, l.items)
+	}
+}
+
+func TestParseLoad(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		key  string
+		conc int
+		err  string
+	}{
+		{"k", "k", 1, ""},
+		{"k:4", "k", 4, ""},
+		{"provider:acme/cred:42:1", "provider:acme/cred:42", 1, ""},
+		{"provider:acme", "provider:acme", 1, ""},
+		{"k:0", "", 0, "concurrency 0"},
+		{":3", "", 0, "must not be empty"},
+	}
+	for _, tc := range tests {
+		s, err := parseLoad(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("parseLoad(%q) error %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || s.key != tc.key || s.concurrency != tc.conc {
+			t.Errorf("parseLoad(%q) = %+v, %v", tc.in, s, err)
+		}
+	}
+}
+
+func TestSoloPacer(t *testing.T) {
+	t.Parallel()
+	p := &soloPacer{epoch: time.Now()}
+	lim := fsm.Limit{Rate: 10, Burst: 3}
+	// A burst of 3 goes at once, then one every 100ms.
+	var waits []time.Duration
+	for range 5 {
+		waits = append(waits, p.reserve(lim))
+	}
+	for i, w := range waits[:3] {
+		if w > 10*time.Millisecond {
+			t.Errorf("burst event %d waits %v", i, w)
+		}
+	}
+	if waits[3] < 50*time.Millisecond || waits[4] < waits[3]+90*time.Millisecond {
+		t.Errorf("waits after the burst: %v", waits)
+	}
+}
