@@ -3,6 +3,7 @@ package e2e
 import (
 	"math/rand"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,12 @@ func TestE2E_BadInput(t *testing.T) {
 		}
 	}
 
+	// The junk was dropped and said so in each agent's log (the transport
+	// names the bad stream byte or frame and the remote address).
+	for _, ag := range c.agents {
+		waitForLog(t, ag, 10*time.Second, "transport: unknown stream byte", "transport: bad RPC frame")
+	}
+
 	// Everyone is still up, agrees on a leader, and holds the same limits.
 	for _, ag := range c.agents {
 		if !ag.running() {
@@ -81,5 +88,23 @@ func TestE2E_BadInput(t *testing.T) {
 	c.agents[0].mustCLI("limit", "set", "after", "--rate", "3")
 	for _, ag := range c.agents {
 		waitCLI(t, ag, 10*time.Second, "limit", "get", "after")
+	}
+}
+
+// waitForLog waits until the agent's log contains one of the given texts.
+func waitForLog(t *testing.T, a *agent, d time.Duration, any ...string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		b, _ := os.ReadFile(a.logPath)
+		for _, s := range any {
+			if strings.Contains(string(b), s) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: log never mentioned any of %q", a.id, any)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

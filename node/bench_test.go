@@ -1,0 +1,95 @@
+package node_test
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/testcluster"
+	"github.com/raftpace/raftpace/node"
+)
+
+// BenchmarkReserve measures one reservation at an effectively unlimited rate
+// (1e9/s, so nobody waits and only the grant path is timed) on a 3-node
+// cluster over TCP on loopback: on the leader (grant from memory) and on a
+// follower (one RPC to the leader), with 1 and 16 concurrent callers. It
+// reports p50 and p99 latency and reservations per second.
+//
+//	go test -run '^$' -bench BenchmarkReserve -benchtime 20000x ./node/
+func BenchmarkReserve(b *testing.B) {
+	c := testcluster.New(b, 3, func(_ int, cfg *node.Config) { cfg.Timing = node.LANTiming() })
+	ctx := context.Background()
+	if err := c.Node(0).SetLimit(ctx, "bench", fsm.Limit{Rate: 1e9, Burst: 1000}); err != nil {
+		b.Fatal(err)
+	}
+	for _, where := range []string{"leader", "follower"} {
+		for _, callers := range []int{1, 16} {
+			b.Run(where+"/callers="+itoa(callers), func(b *testing.B) {
+				i := c.Leader()
+				if where == "follower" {
+					i = c.Followers()[0]
+				}
+				benchReserve(b, c.Node(i), callers)
+			})
+		}
+	}
+}
+
+func benchReserve(b *testing.B, n *node.Node, callers int) {
+	ctx := context.Background()
+	// Warm up connections and the key's horizon.
+	for i := 0; i < 100; i++ {
+		if _, err := n.Reserve(ctx, "bench", 1, time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([][]time.Duration, callers)
+	per := b.N / callers
+	if per < 1 {
+		per = 1
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := 0; g < callers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := make([]time.Duration, 0, per)
+			for i := 0; i < per; i++ {
+				t0 := time.Now()
+				if _, err := n.Reserve(ctx, "bench", 1, time.Second); err != nil {
+					b.Error(err)
+					return
+				}
+				l = append(l, time.Since(t0))
+			}
+			lat[g] = l
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	if len(all) == 0 {
+		return
+	}
+	b.ReportMetric(float64(all[len(all)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "reservations/s")
+}
+
+func itoa(i int) string {
+	if i < 10 {
+		return string(rune('0' + i))
+	}
+	return itoa(i/10) + string(rune('0'+i%10))
+}
