@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -122,12 +121,9 @@ func (c *cli) check(name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *rate == "" {
-		return f.usageError("--rate is required")
-	}
-	r, err := strconv.ParseFloat(strings.TrimSpace(*rate), 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return f.usageError("--rate: invalid number %q", *rate)
+	r, err := f.rate(*rate)
+	if err != nil {
+		return err
 	}
 	if err := (fsm.Limit{Rate: r, Burst: *burst}).Validate(); err != nil {
 		return f.usageError("%s", strings.ReplaceAll(err.Error(), "\n", "; "))

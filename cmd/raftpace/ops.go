@@ -219,14 +219,9 @@ func (c *cli) limitSet(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *rate == "" {
-		return f.usageError("--rate is required")
-	}
-	// Out of range values come back as +-Inf, 0 or the largest integers;
-	// validation then names the rule they break.
-	r, err := strconv.ParseFloat(strings.TrimSpace(*rate), 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return f.usageError("--rate: invalid number %q", *rate)
+	r, err := f.rate(*rate)
+	if err != nil {
+		return err
 	}
 	b, err := strconv.Atoi(strings.TrimSpace(*burst))
 	if err != nil && !errors.Is(err, strconv.ErrRange) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -306,6 +307,20 @@ func flagMessage(err error, args []string) string {
 	}
 	// `invalid value "x" for flag -rate: ...`
 	return strings.Replace(msg, " for flag -", " for flag --", 1)
+}
+
+// rate parses a required --rate value. Out of range values come back as
+// +-Inf, 0 or the largest numbers, and limit validation then names the rule
+// they break; only text that is no number at all is refused here.
+func (f *flags) rate(s string) (float64, error) {
+	if s == "" {
+		return 0, f.usageError("--rate is required")
+	}
+	r, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, f.usageError("--rate: invalid number %q", s)
+	}
+	return r, nil
 }
 
 func (f *flags) usageError(format string, a ...any) error {
