@@ -14,27 +14,39 @@ import (
 
 // BenchmarkReserve measures one reservation at an effectively unlimited rate
 // (1e9/s, so nobody waits and only the grant path is timed) on a 3-node
-// cluster over TCP on loopback: on the leader (grant from memory) and on a
-// follower (one RPC to the leader), with 1 and 16 concurrent callers. It
+// cluster over TCP on loopback: on the leader and on a follower, with 1 and
+// 16 concurrent callers, with leases (callers served from leased slots) and
+// without (the leader's pacer per reservation; one RPC from a follower). It
 // reports p50 and p99 latency and reservations per second.
 //
 //	go test -run '^$' -bench BenchmarkReserve -benchtime 20000x ./node/
 func BenchmarkReserve(b *testing.B) {
-	c := testcluster.New(b, 3, func(_ int, cfg *node.Config) { cfg.Timing = node.LANTiming() })
-	ctx := context.Background()
-	if err := c.Node(0).SetLimit(ctx, "bench", fsm.Limit{Rate: 1e9, Burst: 1000}); err != nil {
-		b.Fatal(err)
-	}
-	for _, where := range []string{"leader", "follower"} {
-		for _, callers := range []int{1, 16} {
-			b.Run(where+"/callers="+itoa(callers), func(b *testing.B) {
-				i := c.Leader()
-				if where == "follower" {
-					i = c.Followers()[0]
-				}
-				benchReserve(b, c.Node(i), callers)
-			})
+	for _, leases := range []bool{true, false} {
+		name := "leases"
+		if !leases {
+			name = "no-leases"
 		}
+		b.Run(name, func(b *testing.B) {
+			c := testcluster.New(b, 3, func(_ int, cfg *node.Config) {
+				cfg.Timing = node.LANTiming()
+				cfg.DisableLeases = !leases
+			})
+			ctx := context.Background()
+			if err := c.Node(0).SetLimit(ctx, "bench", fsm.Limit{Rate: 1e9, Burst: 1000}); err != nil {
+				b.Fatal(err)
+			}
+			for _, where := range []string{"leader", "follower"} {
+				for _, callers := range []int{1, 16} {
+					b.Run(where+"/callers="+itoa(callers), func(b *testing.B) {
+						i := c.Leader()
+						if where == "follower" {
+							i = c.Followers()[0]
+						}
+						benchReserve(b, c.Node(i), callers)
+					})
+				}
+			}
+		})
 	}
 }
 

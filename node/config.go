@@ -58,14 +58,34 @@ type Config struct {
 	// Default 50ms (scheduling delay on a loaded host dominates; the
 	// network part on one LAN is well under a millisecond).
 	UseGrace time.Duration
+	// DisableLeases makes every reservation a request to the leader (a
+	// forwarded RPC on followers) instead of serving single events from
+	// leased runs of slots. For comparison and debugging.
+	DisableLeases bool
+	// LeaseSpan is the most time one lease covers at the key's full rate
+	// (default 20ms). Longer spans mean fewer requests to the leader at
+	// high rates; a lease whose first slot is more than a span away holds
+	// one slot, so low rates are paced slot by slot. Must be less than
+	// HorizonAhead/2.
+	LeaseSpan time.Duration
 	// Logger receives the node's logs, raft's and memberlist's included.
 	// Default: discard.
 	Logger *slog.Logger
 
-	// unsafeFreshStart makes a new leader ignore inherited horizons and
-	// start every key at now. It breaks the ceiling on purpose: tests set it
-	// (export_test.go) to show their checks can fail.
-	unsafeFreshStart bool
+	// Unsafe turns protections off. Each one breaks the ceiling on
+	// purpose; they exist so that tests can show their checks fail without
+	// the protection. Never set them in production.
+	Unsafe Unsafe
+}
+
+// Unsafe lists the protections that tests may turn off.
+type Unsafe struct {
+	// FreshStart: a new leader starts every key at now instead of at the
+	// horizon it inherited, so it may grant slots the old leader granted.
+	FreshStart bool
+	// SpendExpired: leased slots are served even after their use-by has
+	// passed (a follower that was paused spends stale slots at once).
+	SpendExpired bool
 }
 
 // Timing holds the raft timers. See hashicorp/raft's Config for their
@@ -103,6 +123,7 @@ const (
 	maxVoters           = 5
 	defaultHorizonAhead = time.Second
 	defaultUseGrace     = 50 * time.Millisecond
+	defaultLeaseSpan    = 20 * time.Millisecond
 )
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
@@ -121,6 +142,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.UseGrace == 0 {
 		c.UseGrace = defaultUseGrace
+	}
+	if c.LeaseSpan == 0 {
+		c.LeaseSpan = defaultLeaseSpan
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -188,6 +212,9 @@ func (c Config) validate() error {
 	}
 	if c.UseGrace < time.Millisecond || c.UseGrace > 10*time.Second {
 		bad("UseGrace", c.UseGrace, "must be 1ms..10s")
+	}
+	if c.LeaseSpan < time.Millisecond || c.LeaseSpan*2 >= c.HorizonAhead {
+		bad("LeaseSpan", c.LeaseSpan, "must be at least 1ms and less than HorizonAhead/2")
 	}
 	return errors.Join(errs...)
 }

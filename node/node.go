@@ -33,6 +33,7 @@ type Node struct {
 	state     *fsm.State
 	fsm       *fsmAdapter
 	pacer     *pacer
+	leases    *leaseCache
 	trans     *transport.Transport
 	raftTrans *raft.NetworkTransport
 	store     *raftboltdb.BoltStore
@@ -51,6 +52,7 @@ type Node struct {
 
 type counters struct {
 	granted, refused, unknown, forwarded, lateGrants, forfeited, extensions, extendErrors atomic.Uint64
+	leases, leasedSlots                                                                   atomic.Uint64
 }
 
 // New validates cfg, opens the data dir and starts the node: transport,
@@ -78,8 +80,12 @@ func New(cfg Config) (n *Node, err error) {
 		}
 	}()
 	n.fsm = newFSMAdapter(n.state, n.now)
-	n.pacer = newPacer(n.now, cfg.HorizonAhead, n.fsm.horizon, n.state.Limits)
-	n.pacer.fresh = cfg.unsafeFreshStart
+	n.pacer = newPacer(n.now, cfg.HorizonAhead, cfg.LeaseSpan, n.fsm.horizon, n.state.Limits)
+	n.leases = newLeaseCache(n)
+	n.pacer.fresh = cfg.Unsafe.FreshStart
+	if cfg.Unsafe.FreshStart || cfg.Unsafe.SpendExpired {
+		n.log.Warn("UNSAFE test options set: this node may break the ceiling", "fresh_start", cfg.Unsafe.FreshStart, "spend_expired", cfg.Unsafe.SpendExpired)
+	}
 	n.fsm.onLimit = n.pacer.setLimit
 	n.fsm.onReset = n.pacer.reset
 
@@ -327,9 +333,12 @@ type Reservation struct {
 func (r Reservation) Delay() time.Duration { return max(0, time.Until(r.At)) }
 
 // Reserve asks for count events of key. If the wait would exceed maxWait it
-// consumes nothing and returns a *LimitExceededError. It works on any node;
-// a follower forwards to the leader, and retries (within maxWait) when a
-// grant arrives too late to be used within UseGrace.
+// consumes nothing and returns a *LimitExceededError. It works on any node.
+// Single events are served from the node's leases (runs of slots the leader
+// granted ahead of need, see leases.go) unless DisableLeases is set; larger
+// counts, and every request with leases disabled, go to the leader one by
+// one (forwarded by a follower), retried within maxWait when a grant
+// arrives too late to be used within UseGrace.
 func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (Reservation, error) {
 	if err := fsm.ValidateKey(key); err != nil {
 		return Reservation{}, fmt.Errorf("node: reserve: %w: %w", ErrInvalidRequest, err)
@@ -339,6 +348,12 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 	}
 	if maxWait < 0 {
 		maxWait = 0
+	}
+	if count == 1 && !n.cfg.DisableLeases {
+		if n.closed() {
+			return Reservation{}, ErrClosed
+		}
+		return n.leases.reserve(ctx, key, maxWait)
 	}
 	begin := time.Now()
 	backoff := time.Millisecond
@@ -611,6 +626,29 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 			msg = truncate(err.Error(), maxMsgLen)
 		}
 		return reserveResp{Code: codeFor(err), Wait: wait, Msg: msg}.encode(), nil
+	case rpcLease:
+		m, err := decodeLeaseReq(req)
+		if err == nil {
+			err = fsm.ValidateKey(m.Key)
+		}
+		if err == nil {
+			err = fsm.ValidateID(m.Holder)
+		}
+		if err != nil {
+			return leaseResp{Code: codeInvalid, Msg: truncate(err.Error(), maxMsgLen)}.encode(), nil
+		}
+		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
+		defer cancel()
+		l, err := n.pacer.lease(ctx, n.ctx.Done(), m.Key, m.Holder, m.Count, m.MaxWait)
+		var le *LimitExceededError
+		if errors.As(err, &le) {
+			return leaseResp{Code: codeLimitExceeded, Wait: le.Wait, Msg: truncate(err.Error(), maxMsgLen)}.encode(), nil
+		}
+		msg := ""
+		if err != nil {
+			msg = truncate(err.Error(), maxMsgLen)
+		}
+		return leaseResp{Code: codeFor(err), Lease: l, Msg: msg}.encode(), nil
 	case rpcSetLimit:
 		m, err := decodeSetLimitReq(req)
 		if err == nil {

@@ -224,7 +224,7 @@ func TestNode_LeaderFailoverKeepsCeiling(t *testing.T) {
 // at now) must break the ceiling: this is what makes the test above mean
 // something.
 func TestNode_LeaderFailoverWithoutHorizonsBreaksCeiling(t *testing.T) {
-	rep := failover(t, func(_ int, c *node.Config) { node.UnsafeFreshStart(c) })
+	rep := failover(t, func(_ int, c *node.Config) { c.Unsafe.FreshStart = true })
 	if rep.OK() {
 		t.Errorf("checker found no violation with inherited horizons ignored:\n%s", rep.String())
 	}

@@ -30,6 +30,7 @@ const maxExtendBatch = 1024
 type pacer struct {
 	now     func() int64
 	ahead   int64
+	span    int64                          // LeaseSpan: the most time one lease covers
 	fresh   bool                           // unsafeFreshStart: see Config
 	tracked func(key string) (int64, bool) // the fsm adapter's local horizons
 	limits  func() map[string]fsm.Limit
@@ -50,12 +51,17 @@ type keyState struct {
 	need     int64 // highest TAT a waiting request needs
 	demand   int64 // time of the last request
 	changed  chan struct{}
+	// held is, per node, the time of the last slot leased to it (this
+	// leadership only): a node already holding slots more than two spans
+	// ahead gets no multi-slot lease, so it cannot hoard the rate.
+	held map[string]int64
 }
 
-func newPacer(now func() int64, ahead time.Duration, tracked func(string) (int64, bool), limits func() map[string]fsm.Limit) *pacer {
+func newPacer(now func() int64, ahead, span time.Duration, tracked func(string) (int64, bool), limits func() map[string]fsm.Limit) *pacer {
 	return &pacer{
 		now:     now,
 		ahead:   int64(ahead),
+		span:    int64(span),
 		tracked: tracked,
 		limits:  limits,
 		keys:    make(map[string]*keyState),
@@ -153,6 +159,7 @@ func (p *pacer) lead(gen uint64) bool {
 		// Nothing may be granted until this leader commits its own extension.
 		ks.horizon = ks.tat
 		ks.need = 0
+		ks.held = nil
 	}
 	p.leading = true
 	p.kickExtender()
@@ -212,6 +219,96 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 			return 0, fmt.Errorf("node: reserve %q: waiting for horizon: %w", key, ctx.Err())
 		case <-done:
 			return 0, ErrClosed
+		}
+	}
+}
+
+// lease is a run of slots granted at once: slot i (0 <= i < Count) may be
+// used at Base + i*Spacing after the grant, or at the grant if that is
+// negative (slots the burst allows at once).
+type lease struct {
+	Base    int64 // ns relative to the grant; negative while burst remains
+	Spacing int64 // ns between slots: the key's emission interval
+	Count   int
+}
+
+// slot returns slot i's offset from the grant.
+func (l lease) slot(i int) int64 { return max(0, l.Base+int64(i)*l.Spacing) }
+
+// lease grants holder up to count single-event slots of key. It is GCRA in
+// closed form, so its cost does not depend on count: reserving the slots
+// one by one at one instant gives slot i at max(now, TAT' + i*T - tau) with
+// TAT' = max(now, TAT), and leaves TAT at TAT' + count*T.
+//
+// The count is capped: at most one LeaseSpan of slots at the full rate
+// (plus what the burst allows at once); one slot if the first is more than
+// a span away (a plain queued reservation) or if holder already holds slots
+// more than two spans ahead. So at low rates every lease is one slot and
+// nobody sits on slots others wait for. A lease is cut to fit under the
+// committed horizon; if not even one slot fits, it waits for the extension.
+func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder string, count int, maxWait time.Duration) (lease, error) {
+	if count < 1 {
+		count = 1
+	}
+	for {
+		p.mu.Lock()
+		if !p.leading {
+			p.mu.Unlock()
+			return lease{}, errNotLeader
+		}
+		ks := p.keys[key]
+		if ks == nil || !ks.hasLimit {
+			p.mu.Unlock()
+			return lease{}, fmt.Errorf("node: lease %q: %w", key, ErrUnknownKey)
+		}
+		now := p.now()
+		T, tau := ks.params.Interval, ks.params.Tolerance
+		tatp := max(now, ks.tat)
+		base := tatp - tau - now
+		first := max(0, base)
+		if time.Duration(first) > maxWait || tatp+T-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
+			p.mu.Unlock()
+			return lease{}, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
+		}
+		// Slots at once (burst left) plus one span at the full rate.
+		limit := int64(1)
+		if base < 0 {
+			limit += (-base) / T
+		}
+		limit += p.span / T
+		if first > p.span || ks.held[holder]-now > 2*p.span {
+			limit = 1
+		}
+		n := min(int64(count), limit)
+		if fit := (ks.horizon - tatp) / T; fit < n {
+			n = fit
+		}
+		ks.demand = now
+		if n >= 1 {
+			ks.tat = tatp + n*T
+			l := lease{Base: base, Spacing: T, Count: int(n)}
+			if ks.held == nil {
+				ks.held = make(map[string]int64)
+			}
+			ks.held[holder] = now + l.slot(l.Count-1)
+			if ks.horizon-ks.tat < p.ahead/2 {
+				p.kickExtender()
+			}
+			p.mu.Unlock()
+			return l, nil
+		}
+		if tatp+T > ks.need {
+			ks.need = tatp + T
+		}
+		ch := ks.changed
+		p.mu.Unlock()
+		p.kickExtender()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return lease{}, fmt.Errorf("node: lease %q: waiting for horizon: %w", key, ctx.Err())
+		case <-done:
+			return lease{}, ErrClosed
 		}
 	}
 }

@@ -17,6 +17,7 @@ const (
 	rpcReserve      uint8 = 1 // follower -> leader: grant events of a key
 	rpcSetLimit     uint8 = 2 // follower -> leader: commit a limit
 	rpcRemoveServer uint8 = 3 // leaving node -> leader: remove it from raft
+	rpcLease        uint8 = 4 // any node -> leader: a run of slots of a key
 
 	rpcVersion uint8 = 1
 )
@@ -59,6 +60,20 @@ type indexResp struct {
 }
 
 type removeServerReq struct{ ID string }
+
+type leaseReq struct {
+	Key     string
+	Holder  string // the asking node's id: the leader caps what one node holds
+	Count   int
+	MaxWait time.Duration
+}
+
+type leaseResp struct {
+	Code  uint8
+	Lease lease
+	Wait  time.Duration // the would-be wait for codeLimitExceeded
+	Msg   string
+}
 
 // codeFor maps an error to the code a remote node turns back into the same
 // sentinel.
@@ -277,4 +292,63 @@ func truncate(s string, n int) string {
 		return s[:n]
 	}
 	return s
+}
+
+func (m leaseReq) encode() []byte {
+	b := make([]byte, 0, 24+len(m.Key)+len(m.Holder))
+	b = append(b, rpcVersion)
+	b = appendString(b, m.Key)
+	b = appendString(b, m.Holder)
+	b = binary.AppendUvarint(b, uint64(m.Count))
+	return binary.AppendVarint(b, int64(m.MaxWait))
+}
+
+func decodeLeaseReq(b []byte) (leaseReq, error) {
+	r := reader{b: b}
+	r.start()
+	m := leaseReq{Key: r.string(fsm.MaxKeyLen), Holder: r.string(fsm.MaxIDLen)}
+	count := r.uvarint()
+	m.MaxWait = time.Duration(r.varint())
+	if err := r.done(); err != nil {
+		return leaseReq{}, err
+	}
+	if count < 1 || count > math.MaxInt32 {
+		return leaseReq{}, fmt.Errorf("%w: count %d", errBadRPC, count)
+	}
+	m.Count = int(count)
+	return m, nil
+}
+
+func (m leaseResp) encode() []byte {
+	b := make([]byte, 0, 32+len(m.Msg))
+	b = append(b, rpcVersion, m.Code)
+	b = binary.AppendVarint(b, m.Lease.Base)
+	b = binary.AppendVarint(b, m.Lease.Spacing)
+	b = binary.AppendUvarint(b, uint64(m.Lease.Count))
+	b = binary.AppendVarint(b, int64(m.Wait))
+	return appendString(b, m.Msg)
+}
+
+func decodeLeaseResp(b []byte) (leaseResp, error) {
+	r := reader{b: b}
+	r.start()
+	m := leaseResp{Code: r.byte()}
+	m.Lease.Base = r.varint()
+	m.Lease.Spacing = r.varint()
+	count := r.uvarint()
+	m.Wait = time.Duration(r.varint())
+	m.Msg = r.string(maxMsgLen)
+	if err := r.done(); err != nil {
+		return leaseResp{}, err
+	}
+	if count > math.MaxInt32 {
+		return leaseResp{}, fmt.Errorf("%w: count %d", errBadRPC, count)
+	}
+	m.Lease.Count = int(count)
+	// A granted lease must describe real slots: a hostile or corrupt answer
+	// must not make a node divide by zero or serve slots at once.
+	if m.Code == codeOK && (m.Lease.Count < 1 || m.Lease.Spacing < 1) {
+		return leaseResp{}, fmt.Errorf("%w: lease of %d slots spaced %dns", errBadRPC, m.Lease.Count, m.Lease.Spacing)
+	}
+	return m, nil
 }

@@ -53,6 +53,8 @@ type Stats struct {
 	Forwarded    uint64 `json:"forwarded"`     // reservations sent to the leader
 	LateGrants   uint64 `json:"late_grants"`   // forwarded grants that arrived after their UseBy, asked for again
 	Forfeited    uint64 `json:"forfeited"`     // grants a caller could not use by their UseBy (see Forfeit)
+	Leases       uint64 `json:"leases"`        // leases this node received
+	LeasedSlots  uint64 `json:"leased_slots"`  // slots in them
 	Extensions   uint64 `json:"extensions"`    // horizon entries committed by this node as leader
 	ExtendErrors uint64 `json:"extend_errors"` // horizon entries that failed to commit
 }
@@ -66,6 +68,8 @@ func (n *Node) Stats() Stats {
 		Forwarded:    n.stats.forwarded.Load(),
 		LateGrants:   n.stats.lateGrants.Load(),
 		Forfeited:    n.stats.forfeited.Load(),
+		Leases:       n.stats.leases.Load(),
+		LeasedSlots:  n.stats.leasedSlots.Load(),
 		Extensions:   n.stats.extensions.Load(),
 		ExtendErrors: n.stats.extendErrors.Load(),
 	}

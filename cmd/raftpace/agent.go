@@ -64,6 +64,10 @@ type agentConfig struct {
 	load                     listFlag
 	loadMode                 string
 	timeline                 string
+	noLeases                 bool
+	leaseSpan, useGrace      time.Duration
+	unsafeFreshStart         bool
+	unsafeSpendExpired       bool
 }
 
 func agentFlags() (*flags, *agentConfig) {
@@ -88,9 +92,14 @@ func agentFlags() (*flags, *agentConfig) {
 	f.Var(&a.load, "load", "generate load: `KEY[:CONCURRENCY]` goroutines calling Wait(KEY) in a loop\n(tests and demos; may repeat; in RAFTPACE_LOAD separate with spaces)")
 	f.StringVar(&a.loadMode, "load-mode", "raft", "how --load paces, `MODE` raft (ask the cluster: the real thing) or solo:\nTEST/DEMONSTRATION MODE with coordination turned off: each key is paced\nby a local GCRA at its full replicated rate and burst, never asking the\nleader, so N agents admit about N times the rate (shows a ceiling test can fail)")
 	f.StringVar(&a.timeline, "timeline", "", "append each admitted --load event to `FILE` (\"unix_nanos node_id key\" lines)")
+	f.BoolVar(&a.noLeases, "no-leases", false, "ask the leader for every reservation instead of serving them from leased runs of slots")
+	f.DurationVar(&a.leaseSpan, "lease-span", 20*time.Millisecond, "the most time one lease covers at a key's full rate (`DURATION`)")
+	f.DurationVar(&a.useGrace, "use-grace", 50*time.Millisecond, "how late after its time a granted slot may still be used (`DURATION`);\nthe delta of the ceiling R*W+B+R*delta")
+	f.BoolVar(&a.unsafeFreshStart, "unsafe-fresh-start", false, "UNSAFE, TESTS ONLY: a new leader ignores inherited horizons (breaks the ceiling)")
+	f.BoolVar(&a.unsafeSpendExpired, "unsafe-spend-expired", false, "UNSAFE, TESTS ONLY: leased slots are spent after their use-by (breaks the ceiling)")
 	f.withEnv("node-id", "data-dir", "bind", "advertise", "gossip-bind", "gossip-advertise", "bootstrap-expect",
 		"join", "http", "cluster-name", "voters", "horizon-ahead", "raft-timing", "log-format", "log-level",
-		"ready-file", "load", "load-mode", "timeline")
+		"ready-file", "load", "load-mode", "timeline", "no-leases", "lease-span", "use-grace")
 	return f, a
 }
 
@@ -255,6 +264,10 @@ func (a *agentConfig) validate() (node.Config, []loadSpec, error) {
 		Voters:              a.voters,
 		Timing:              timing,
 		HorizonAhead:        a.horizonAhead,
+		DisableLeases:       a.noLeases,
+		LeaseSpan:           a.leaseSpan,
+		UseGrace:            a.useGrace,
+		Unsafe:              node.Unsafe{FreshStart: a.unsafeFreshStart, SpendExpired: a.unsafeSpendExpired},
 	}, specs, nil
 }
 

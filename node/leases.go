@@ -1,0 +1,298 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// leaseCache serves a node's callers from leases: runs of slots granted by
+// the leader in one answer. Every node uses it, the leader too (its leases
+// come from its own pacer without a network hop), so there is one path for
+// all callers.
+//
+// Slots are served in time order. A slot must be used by its UseBy (the
+// slot's time measured from when the lease was requested, plus UseGrace); a
+// slot whose UseBy has passed is skipped, never saved for later.
+//
+// Size: a lease starts at one slot; the next one asks for twice as many
+// when the last was used up, and for what was used when slots expired. At
+// saturation every node asks for the leader's cap and the leader serves
+// requests in arrival order, so nodes with equal demand get equal shares; a
+// node's use cannot feed back into a larger share. A lease is requested
+// ahead of need, when what is left covers less than two round trips (or
+// half a span).
+type leaseCache struct {
+	n  *Node
+	mu sync.RWMutex
+	by map[string]*keyLease
+}
+
+// keyLease is one key's leases on this node.
+type keyLease struct {
+	mu      sync.Mutex
+	q       [2]heldLease // queued leases, in time order; q[0] is served first
+	queued  int
+	want    int   // slots to ask for next
+	used    int   // slots served since the last lease arrived
+	expired int   // slots skipped since the last lease arrived
+	rtt     int64 // smoothed round trip of lease requests, ns
+	fetch   *leaseFetch
+}
+
+type heldLease struct {
+	lease
+	sent, arrived int64 // node clock: request sent, answer arrived
+	next          int   // next slot to serve
+}
+
+// leaseFetch is one lease request in flight; waiters block on done.
+type leaseFetch struct {
+	done chan struct{}
+	err  error
+}
+
+const maxLeaseWant = 1 << 20
+
+func newLeaseCache(n *Node) *leaseCache {
+	return &leaseCache{n: n, by: make(map[string]*keyLease)}
+}
+
+func (c *leaseCache) get(key string) *keyLease {
+	c.mu.RLock()
+	kl := c.by[key]
+	c.mu.RUnlock()
+	if kl != nil {
+		return kl
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if kl = c.by[key]; kl == nil {
+		kl = &keyLease{want: 1}
+		c.by[key] = kl
+	}
+	return kl
+}
+
+type takeResult int
+
+const (
+	taken takeResult = iota
+	tooFar
+	empty
+)
+
+// take serves the next usable slot, skipping expired ones. It consumes
+// nothing when the slot is further away than maxWait.
+func (kl *keyLease) take(now, grace, maxWait int64, spendExpired bool) (at, useBy int64, r takeResult) {
+	for kl.queued > 0 {
+		h := &kl.q[0]
+		// The first slot i >= next with sent + slot(i) + grace >= now.
+		i := h.next
+		if m := now - grace - h.sent; m > 0 && h.slot(i) < m && !spendExpired {
+			j := int((m - h.Base + h.Spacing - 1) / h.Spacing)
+			if j > h.Count {
+				j = h.Count
+			}
+			kl.expired += j - i
+			i = j
+		}
+		if i >= h.Count {
+			kl.q[0], kl.q[1] = kl.q[1], heldLease{}
+			kl.queued--
+			continue
+		}
+		h.next = i
+		at = h.arrived + h.slot(i)
+		if at-now > maxWait {
+			return at, 0, tooFar
+		}
+		h.next++
+		kl.used++
+		if spendExpired {
+			return at, now + grace + h.slot(i), taken // never forfeited: unsafe
+		}
+		return at, h.sent + h.slot(i) + grace, taken
+	}
+	return 0, 0, empty
+}
+
+// covered is how far ahead of now the queued slots reach.
+func (kl *keyLease) covered(now int64) int64 {
+	if kl.queued == 0 {
+		return 0
+	}
+	h := &kl.q[kl.queued-1]
+	if h.next >= h.Count && kl.queued == 1 {
+		return 0
+	}
+	return h.arrived + h.slot(h.Count-1) - now
+}
+
+// install queues a granted lease and sizes the next request.
+func (kl *keyLease) install(l lease, sent, arrived int64) {
+	rtt := arrived - sent
+	if kl.rtt == 0 {
+		kl.rtt = rtt
+	} else {
+		kl.rtt += (rtt - kl.rtt) / 8
+	}
+	switch {
+	case kl.expired > 0:
+		kl.want = max(1, kl.used)
+	case kl.used >= kl.want:
+		kl.want = min(2*kl.want, maxLeaseWant)
+	}
+	kl.used, kl.expired = 0, 0
+	if kl.queued == len(kl.q) {
+		// Cannot happen with one fetch in flight; keep the newest.
+		kl.q[0], kl.q[1] = kl.q[1], heldLease{}
+		kl.queued--
+	}
+	kl.q[kl.queued] = heldLease{lease: l, sent: sent, arrived: arrived}
+	kl.queued++
+}
+
+// reserve serves one event of key from the node's leases, fetching a lease
+// when none is left (or soon, ahead of need).
+func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Duration) (Reservation, error) {
+	n := c.n
+	kl := c.get(key)
+	grace := int64(n.cfg.UseGrace)
+	begin := n.now()
+	backoff := time.Millisecond
+	var lastErr error
+	for {
+		now := n.now()
+		remaining := int64(maxWait) - (now - begin)
+		if remaining < 0 {
+			if lastErr != nil {
+				return Reservation{}, fmt.Errorf("node: reserve %q: %w within max wait %v: %w", key, ErrNoLeader, maxWait, lastErr)
+			}
+			return Reservation{}, &LimitExceededError{Key: key, Wait: time.Duration(-remaining), MaxWait: maxWait}
+		}
+		kl.mu.Lock()
+		at, useBy, r := kl.take(now, grace, remaining, n.cfg.Unsafe.SpendExpired)
+		switch r {
+		case taken:
+			if kl.fetch == nil && kl.covered(now) < max(2*kl.rtt, int64(n.cfg.LeaseSpan)/2) {
+				c.startFetch(kl, key, time.Duration(2*int64(n.cfg.LeaseSpan)+2*kl.rtt))
+			}
+			kl.mu.Unlock()
+			n.stats.granted.Add(1)
+			return Reservation{At: n.epoch.Add(time.Duration(at)), UseBy: n.epoch.Add(time.Duration(useBy))}, nil
+		case tooFar:
+			kl.mu.Unlock()
+			n.stats.refused.Add(1)
+			return Reservation{}, &LimitExceededError{Key: key, Wait: time.Duration(at - now), MaxWait: maxWait}
+		}
+		f := kl.fetch
+		if f == nil {
+			f = c.startFetch(kl, key, time.Duration(remaining))
+		}
+		kl.mu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return Reservation{}, fmt.Errorf("node: reserve %q: %w", key, ctx.Err())
+		case <-n.ctx.Done():
+			return Reservation{}, ErrClosed
+		}
+		if f.err == nil {
+			continue
+		}
+		var le *LimitExceededError
+		switch {
+		case errors.As(f.err, &le):
+			// The fetch asked with someone's maximum wait; a caller
+			// willing to wait longer asks again with its own.
+			if le.Wait > time.Duration(remaining) {
+				n.stats.refused.Add(1)
+				return Reservation{}, &LimitExceededError{Key: key, Wait: le.Wait, MaxWait: maxWait}
+			}
+		case retryable(f.err):
+			lastErr = f.err
+			if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
+				return Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, ErrNoLeader, err)
+			}
+			backoff = min(2*backoff, 50*time.Millisecond)
+		default:
+			n.countResult(f.err)
+			return Reservation{}, f.err
+		}
+	}
+}
+
+// startFetch requests a lease in the background; kl.mu is held.
+func (c *leaseCache) startFetch(kl *keyLease, key string, maxWait time.Duration) *leaseFetch {
+	f := &leaseFetch{done: make(chan struct{})}
+	kl.fetch = f
+	want := kl.want
+	n := c.n
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		// Detached from the caller that started it: others wait on it too.
+		ctx, cancel := context.WithTimeout(n.ctx, maxWait+5*time.Second)
+		defer cancel()
+		sent := n.now()
+		l, err := n.fetchLease(ctx, key, want, maxWait)
+		arrived := n.now()
+		if err == nil && arrived-sent > int64(n.cfg.UseGrace) {
+			// Every slot's use-by passed in transit: drop the lease.
+			n.stats.lateGrants.Add(1)
+			n.log.Warn("lease arrived too late to use; asking again", "key", key, "round_trip", time.Duration(arrived-sent))
+			err = fmt.Errorf("%w: lease arrived after %v", errRetry, time.Duration(arrived-sent))
+		}
+		kl.mu.Lock()
+		if err == nil {
+			kl.install(l, sent, arrived)
+			n.stats.leases.Add(1)
+			n.stats.leasedSlots.Add(uint64(l.Count))
+		}
+		kl.fetch = nil
+		f.err = err
+		close(f.done)
+		kl.mu.Unlock()
+	}()
+	return f
+}
+
+// fetchLease asks the leader (itself, or over RPC) for up to want slots.
+func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait time.Duration) (lease, error) {
+	l, err := n.pacer.lease(ctx, n.ctx.Done(), key, n.cfg.NodeID, want, maxWait)
+	if !errors.Is(err, errNotLeader) {
+		return l, err
+	}
+	addr, _ := n.raft.LeaderWithID()
+	if addr == "" || string(addr) == n.Addr() {
+		return lease{}, errRetry
+	}
+	n.stats.forwarded.Add(1)
+	raw, err := n.trans.Call(ctx, string(addr), rpcLease, leaseReq{Key: key, Holder: n.cfg.NodeID, Count: want, MaxWait: maxWait}.encode())
+	if err != nil {
+		if ctx.Err() != nil {
+			return lease{}, fmt.Errorf("node: lease %q: %w", key, ctx.Err())
+		}
+		return lease{}, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
+	}
+	resp, err := decodeLeaseResp(raw)
+	if err != nil {
+		return lease{}, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
+	}
+	if resp.Code == codeLimitExceeded {
+		return lease{}, &LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
+	}
+	if err := errFor(resp.Code, resp.Msg); err != nil {
+		if errors.Is(err, errNotLeader) {
+			return lease{}, err
+		}
+		if resp.Code == codeUnavailable {
+			return lease{}, fmt.Errorf("%w: %w", errRetry, err)
+		}
+		return lease{}, fmt.Errorf("node: lease %q: %w", key, err)
+	}
+	return resp.Lease, nil
+}
