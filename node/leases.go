@@ -17,8 +17,9 @@ import (
 // slot's time measured from when the lease was requested, plus UseGrace); a
 // slot whose UseBy has passed is skipped, never saved for later.
 //
-// Size: a lease starts at one slot; the next one asks for twice as many
-// when the last was used up, and for what was used when slots expired. At
+// Size: a lease starts at one slot; when a lease leaves the queue the next
+// request asks for twice as many if every slot was served, and for what was
+// served if slots expired. At
 // saturation every node asks for the leader's cap and the leader serves
 // requests in arrival order, so nodes with equal demand get equal shares; a
 // node's use cannot feed back into a larger share. A lease is requested
@@ -32,20 +33,19 @@ type leaseCache struct {
 
 // keyLease is one key's leases on this node.
 type keyLease struct {
-	mu      sync.Mutex
-	q       [2]heldLease // queued leases, in time order; q[0] is served first
-	queued  int
-	want    int   // slots to ask for next
-	used    int   // slots served since the last lease arrived
-	expired int   // slots skipped since the last lease arrived
-	rtt     int64 // smoothed round trip of lease requests, ns
-	fetch   *leaseFetch
+	mu     sync.Mutex
+	q      [2]heldLease // queued leases, in time order; q[0] is served first
+	queued int
+	want   int   // slots to ask for next
+	rtt    int64 // smoothed round trip of lease requests, ns
+	fetch  *leaseFetch
 }
 
 type heldLease struct {
 	lease
 	sent, arrived int64 // node clock: request sent, answer arrived
 	next          int   // next slot to serve
+	expired       int   // slots skipped because their use-by passed
 }
 
 // leaseFetch is one lease request in flight; waiters block on done.
@@ -96,12 +96,11 @@ func (kl *keyLease) take(now, grace, maxWait int64, spendExpired bool) (at, useB
 			if j > h.Count {
 				j = h.Count
 			}
-			kl.expired += j - i
+			h.expired += j - i
 			i = j
 		}
 		if i >= h.Count {
-			kl.q[0], kl.q[1] = kl.q[1], heldLease{}
-			kl.queued--
+			kl.retire()
 			continue
 		}
 		h.next = i
@@ -110,7 +109,6 @@ func (kl *keyLease) take(now, grace, maxWait int64, spendExpired bool) (at, useB
 			return at, 0, tooFar
 		}
 		h.next++
-		kl.used++
 		if spendExpired {
 			return at, now + grace + h.slot(i), taken // never forfeited: unsafe
 		}
@@ -131,25 +129,30 @@ func (kl *keyLease) covered(now int64) int64 {
 	return h.arrived + h.slot(h.Count-1) - now
 }
 
-// install queues a granted lease and sizes the next request.
+// retire drops the used-up head lease and sizes the next request by how it
+// went: every slot served asks for twice as many; slots that expired ask
+// for what was served.
+func (kl *keyLease) retire() {
+	h := &kl.q[0]
+	if served := h.Count - h.expired; h.expired == 0 {
+		if served >= kl.want {
+			kl.want = min(2*kl.want, maxLeaseWant)
+		}
+	} else {
+		kl.want = max(1, served)
+	}
+	kl.q[0], kl.q[1] = kl.q[1], heldLease{}
+	kl.queued--
+}
+
+// install queues a granted lease behind the held one. A fetch starts only
+// while fewer than two leases are queued, so there is always room.
 func (kl *keyLease) install(l lease, sent, arrived int64) {
 	rtt := arrived - sent
 	if kl.rtt == 0 {
 		kl.rtt = rtt
 	} else {
 		kl.rtt += (rtt - kl.rtt) / 8
-	}
-	switch {
-	case kl.expired > 0:
-		kl.want = max(1, kl.used)
-	case kl.used >= kl.want:
-		kl.want = min(2*kl.want, maxLeaseWant)
-	}
-	kl.used, kl.expired = 0, 0
-	if kl.queued == len(kl.q) {
-		// Cannot happen with one fetch in flight; keep the newest.
-		kl.q[0], kl.q[1] = kl.q[1], heldLease{}
-		kl.queued--
 	}
 	kl.q[kl.queued] = heldLease{lease: l, sent: sent, arrived: arrived}
 	kl.queued++
@@ -177,8 +180,10 @@ func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Durat
 		at, useBy, r := kl.take(now, grace, remaining, n.cfg.Unsafe.SpendExpired)
 		switch r {
 		case taken:
-			if kl.fetch == nil && kl.covered(now) < max(2*kl.rtt, int64(n.cfg.LeaseSpan)/2) {
-				c.startFetch(kl, key, time.Duration(2*int64(n.cfg.LeaseSpan)+2*kl.rtt))
+			if kl.fetch == nil && kl.queued < len(kl.q) && kl.covered(now) < max(2*kl.rtt, int64(n.cfg.LeaseSpan)/2) {
+				// Other nodes' blocks may come first: accept a next
+				// lease well into the horizon.
+				c.startFetch(kl, key, n.cfg.HorizonAhead/2)
 			}
 			kl.mu.Unlock()
 			n.stats.granted.Add(1)

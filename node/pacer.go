@@ -241,11 +241,12 @@ func (l lease) slot(i int) int64 { return max(0, l.Base+int64(i)*l.Spacing) }
 // TAT' = max(now, TAT), and leaves TAT at TAT' + count*T.
 //
 // The count is capped: at most one LeaseSpan of slots at the full rate
-// (plus what the burst allows at once); one slot if the first is more than
-// a span away (a plain queued reservation) or if holder already holds slots
-// more than two spans ahead. So at low rates every lease is one slot and
-// nobody sits on slots others wait for. A lease is cut to fit under the
-// committed horizon; if not even one slot fits, it waits for the extension.
+// (plus what the burst allows at once), and one slot if holder already
+// holds slots more than two spans ahead. So at rates below one slot per
+// span every lease is one slot and nobody sits on slots others wait for;
+// at high rates nodes with demand get blocks in turn. A lease is cut to fit
+// under the committed horizon; if not even one slot fits, it waits for the
+// extension.
 func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder string, count int, maxWait time.Duration) (lease, error) {
 	if count < 1 {
 		count = 1
@@ -276,7 +277,7 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 			limit += (-base) / T
 		}
 		limit += p.span / T
-		if first > p.span || ks.held[holder]-now > 2*p.span {
+		if ks.held[holder]-now > 2*p.span {
 			limit = 1
 		}
 		n := min(int64(count), limit)

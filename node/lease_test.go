@@ -1,0 +1,241 @@
+package node
+
+import (
+	"context"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/gcra"
+)
+
+// testPacer returns a leading pacer with one key at lim whose horizon is
+// far away, and a settable clock.
+func testPacer(t testing.TB, lim fsm.Limit, span time.Duration) (*pacer, *int64) {
+	t.Helper()
+	var clock int64 = 1e12
+	p := newPacer(func() int64 { return clock }, time.Second, span,
+		func(string) (int64, bool) { return 0, false },
+		func() map[string]fsm.Limit { return map[string]fsm.Limit{"k": lim} })
+	p.setLimit("k", lim, true)
+	if !p.lead(p.stepDown()) {
+		t.Fatal("pacer did not lead")
+	}
+	p.keys["k"].horizon = 1 << 62
+	return p, &clock
+}
+
+// A lease is GCRA in closed form: its slots are exactly those that single
+// reservations made one after another at the same instant would get, and it
+// leaves the same TAT.
+func TestLease_EqualsSequentialGCRA(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	for trial := 0; trial < 500; trial++ {
+		lim := fsm.Limit{Rate: float64(1 + rng.Intn(100000)), Burst: 1 + rng.Intn(20)}
+		p, clock := testPacer(t, lim, time.Hour) // no span cap
+		ks := p.keys["k"]
+		ks.tat = *clock + rng.Int63n(int64(time.Second)) - int64(500*time.Millisecond)
+		tat0 := ks.tat
+		count := 1 + rng.Intn(50)
+		l, err := p.lease(context.Background(), nil, "k", "n1", count, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		params := gcra.NewParams(int64(lim.Interval()), lim.Burst)
+		tat := tat0
+		for i := 0; i < l.Count; i++ {
+			start, next, err := gcra.Reserve(tat, params, *clock, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := *clock + l.slot(i); got != start {
+				t.Fatalf("trial %d slot %d: lease says %d, sequential GCRA %d", trial, i, got, start)
+			}
+			tat = next
+		}
+		if ks.tat != tat {
+			t.Fatalf("trial %d: TAT after lease %d, sequential %d", trial, ks.tat, tat)
+		}
+		if l.Count != count {
+			t.Fatalf("trial %d: got %d slots, asked %d with no cap", trial, l.Count, count)
+		}
+	}
+}
+
+func TestLease_Caps(t *testing.T) {
+	ctx := context.Background()
+	t.Run("one span at the full rate, plus the burst", func(t *testing.T) {
+		p, _ := testPacer(t, fsm.Limit{Rate: 10000, Burst: 5}, 20*time.Millisecond)
+		l, _ := p.lease(ctx, nil, "k", "n1", 1e6, time.Hour)
+		if want := 5 + 200; l.Count != want { // burst 5 at once (1 + 4 of tolerance) + 20ms * 10k/s
+			t.Errorf("got %d slots, want %d", l.Count, want)
+		}
+	})
+	t.Run("low rates are paced slot by slot", func(t *testing.T) {
+		p, _ := testPacer(t, fsm.Limit{Rate: 7, Burst: 1}, 20*time.Millisecond)
+		for i := 0; i < 5; i++ {
+			l, err := p.lease(ctx, nil, "k", "n1", 100, time.Hour)
+			if err != nil || l.Count != 1 {
+				t.Fatalf("lease %d: %d slots, %v; want 1", i, l.Count, err)
+			}
+		}
+	})
+	t.Run("a node holding two spans ahead gets one slot", func(t *testing.T) {
+		p, _ := testPacer(t, fsm.Limit{Rate: 10000, Burst: 1}, 20*time.Millisecond)
+		var got []int
+		for i := 0; i < 4; i++ {
+			l, _ := p.lease(ctx, nil, "k", "greedy", 1e6, time.Hour)
+			got = append(got, l.Count)
+		}
+		// Two blocks of a span each, then it holds more than 2 spans
+		// ahead: one slot at a time.
+		if got[0] < 200 || got[1] < 200 || got[2] != 1 || got[3] != 1 {
+			t.Errorf("greedy node got %v", got)
+		}
+		// Another node is not held back by the greedy one's holding: it
+		// gets a full block after it.
+		l, _ := p.lease(ctx, nil, "k", "other", 1e6, time.Hour)
+		if l.Count < 200 {
+			t.Errorf("other got %d slots, want a full block", l.Count)
+		}
+	})
+	t.Run("cut to fit under the horizon", func(t *testing.T) {
+		p, clock := testPacer(t, fsm.Limit{Rate: 1000, Burst: 1}, time.Second)
+		p.keys["k"].horizon = *clock + int64(10*time.Millisecond)
+		l, _ := p.lease(ctx, nil, "k", "n1", 1000, time.Hour)
+		if l.Count != 10 {
+			t.Errorf("got %d slots under a 10ms horizon at 1000/s, want 10", l.Count)
+		}
+		if p.keys["k"].tat > p.keys["k"].horizon {
+			t.Errorf("TAT %d passed the horizon %d", p.keys["k"].tat, p.keys["k"].horizon)
+		}
+	})
+	t.Run("first slot beyond max wait is refused and consumes nothing", func(t *testing.T) {
+		p, clock := testPacer(t, fsm.Limit{Rate: 1, Burst: 1}, 20*time.Millisecond)
+		p.keys["k"].tat = *clock + int64(5*time.Second)
+		_, err := p.lease(ctx, nil, "k", "n1", 1, time.Second)
+		if _, ok := err.(*LimitExceededError); !ok {
+			t.Fatalf("got %v, want LimitExceededError", err)
+		}
+		if p.keys["k"].tat != *clock+int64(5*time.Second) {
+			t.Error("refused lease moved the TAT")
+		}
+	})
+}
+
+func held(l lease, sent, arrived int64) heldLease {
+	return heldLease{lease: l, sent: sent, arrived: arrived}
+}
+
+func TestKeyLease_TakeSkipsExpiredNeverSaves(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	grace := 50 * ms
+	kl := &keyLease{want: 1}
+	// 10 slots, 10ms apart, from 1000ms (requested at 1000ms, arrived 1001ms).
+	kl.q[0] = held(lease{Base: 0, Spacing: 10 * ms, Count: 10}, 1000*ms, 1001*ms)
+	kl.queued = 1
+	at, useBy, r := kl.take(1001*ms, grace, int64(time.Hour), false)
+	if r != taken || at != 1001*ms || useBy != 1050*ms {
+		t.Fatalf("first take: at=%d useBy=%d r=%v", at/ms, useBy/ms, r)
+	}
+	// Paused until 1125ms: slots at +10..+70 (use-by up to 1120) are gone;
+	// the next usable is the one at +80 (use-by 1130).
+	at, _, r = kl.take(1125*ms, grace, int64(time.Hour), false)
+	if r != taken || at != 1081*ms {
+		t.Fatalf("after pause: got slot at %dms (%v), want 1081ms", at/ms, r)
+	}
+	if kl.q[0].expired != 7 {
+		t.Errorf("expired %d, want 7", kl.q[0].expired)
+	}
+	// With the protection off, the stale slot at +20 would have been served.
+	unsafe := &keyLease{want: 1}
+	unsafe.q[0] = held(lease{Base: 0, Spacing: 10 * ms, Count: 10}, 1000*ms, 1001*ms)
+	unsafe.queued = 1
+	if at, _, _ := unsafe.take(1125*ms, grace, int64(time.Hour), true); at != 1001*ms {
+		t.Errorf("spendExpired: got %dms, want the stale 1001ms", at/ms)
+	}
+	// Long after: everything expired; the cache is empty.
+	if _, _, r := kl.take(5000*ms, grace, int64(time.Hour), false); r != empty {
+		t.Errorf("got %v, want empty", r)
+	}
+}
+
+func TestKeyLease_TooFarConsumesNothing(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	kl := &keyLease{want: 1}
+	kl.q[0] = held(lease{Base: 100 * ms, Spacing: 10 * ms, Count: 3}, 0, 0)
+	kl.queued = 1
+	if _, _, r := kl.take(0, 50*ms, 50*ms, false); r != tooFar {
+		t.Fatalf("got %v, want tooFar", r)
+	}
+	if at, _, r := kl.take(0, 50*ms, 200*ms, false); r != taken || at != 100*ms {
+		t.Fatalf("got at=%d %v: the refused slot must still be there", at/ms, r)
+	}
+}
+
+func TestKeyLease_QueueAndSizing(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	far := int64(1 << 40)
+	kl := &keyLease{want: 1}
+	kl.install(lease{Base: 0, Spacing: ms, Count: 1}, 0, 0)
+	kl.install(lease{Base: 1 * ms, Spacing: ms, Count: 2}, 0, 0)
+	if kl.queued != 2 {
+		t.Fatalf("queued %d, want 2", kl.queued)
+	}
+	// Leases are served in order: 0ms from the first, then 1ms, 2ms.
+	for _, want := range []int64{0, ms, 2 * ms} {
+		if at, _, r := kl.take(0, 50*ms, far, false); r != taken || at != want {
+			t.Fatalf("got at=%d %v, want %d", at, r, want)
+		}
+	}
+	// Two leases fully served: the wanted size doubled twice.
+	if _, _, r := kl.take(0, 50*ms, far, false); r != empty {
+		t.Fatalf("got %v, want empty", r)
+	}
+	if kl.want != 4 {
+		t.Fatalf("want %d after two used-up leases, expected 4", kl.want)
+	}
+	// One of four served, the rest expire: shrink to what was served.
+	kl.install(lease{Base: 0, Spacing: ms, Count: 4}, 0, 0)
+	kl.take(0, 50*ms, far, false)
+	if _, _, r := kl.take(time.Second.Nanoseconds(), 50*ms, far, false); r != empty {
+		t.Fatalf("got %v, want empty after expiry", r)
+	}
+	if kl.want != 1 {
+		t.Fatalf("want %d after expiries, expected 1 (what was served)", kl.want)
+	}
+}
+
+// BenchmarkLeaseTake is the follower's hot path: serve a slot from a held
+// lease.
+func BenchmarkLeaseTake(b *testing.B) {
+	kl := &keyLease{want: 1}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if kl.queued == 0 || kl.q[kl.queued-1].next >= kl.q[kl.queued-1].Count {
+			kl.queued = 0
+			kl.install(lease{Base: 0, Spacing: 1, Count: 1 << 20}, int64(i), int64(i))
+		}
+		kl.take(int64(i), 5e7, 1<<40, false)
+	}
+}
+
+// BenchmarkLeaderLease is the leader granting a lease of up to 1000 slots
+// (closed form: the cost does not depend on the count). Slots/s is what
+// the leader could grant through leases of that size on one core.
+func BenchmarkLeaderLease(b *testing.B) {
+	p, clock := testPacer(b, fsm.Limit{Rate: 1e9, Burst: 1}, time.Hour)
+	ctx := context.Background()
+	b.ReportAllocs()
+	slots := 0
+	for i := 0; i < b.N; i++ {
+		*clock += 1000
+		l, err := p.lease(ctx, nil, "k", "n1", 1000, time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+		slots += l.Count
+	}
+	b.ReportMetric(float64(slots)/b.Elapsed().Seconds(), "slots/s")
+}
