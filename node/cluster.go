@@ -401,10 +401,13 @@ func (n *Node) syncMembers() error {
 	}
 	var errs []error
 	for id, addr := range want {
-		if m, ok := have[id]; ok && m.Addr == addr {
+		m, ok := have[id]
+		if ok && m.Addr == addr {
 			continue
 		}
-		data, err := fsm.Encode(&fsm.UpsertMember{Member: fsm.Member{ID: id, Addr: addr}})
+		// A new member starts with fraction 0: balanceFractions grows it
+		// once every member has applied the shrinks that make room.
+		data, err := fsm.Encode(&fsm.UpsertMember{Member: fsm.Member{ID: id, Addr: addr, Fraction: m.Fraction}})
 		if err == nil {
 			err = n.apply(data, 5*time.Second)
 		}

@@ -68,6 +68,18 @@ type Config struct {
 	// one slot, so low rates are paced slot by slot. Must be less than
 	// HorizonAhead/2.
 	LeaseSpan time.Duration
+	// ShareTTL is how long a member's promise to the leader lasts: the
+	// leader renews every member's share every ShareTTL/3; a member not
+	// renewed for ShareTTL paces its callers itself at its fallback
+	// fraction (default 2s).
+	ShareTTL time.Duration
+	// FallbackFor is how long a member may pace in fallback before it
+	// stops admitting (default 60s). The leader reaps a member not heard
+	// from for ShareTTL + FallbackFor + ReapMargin, so a reaped member has
+	// always stopped spending its fraction.
+	FallbackFor time.Duration
+	// ReapMargin is the leader's extra wait before reaping (default 5s).
+	ReapMargin time.Duration
 	// Logger receives the node's logs, raft's and memberlist's included.
 	// Default: discard.
 	Logger *slog.Logger
@@ -86,6 +98,9 @@ type Unsafe struct {
 	// SpendExpired: leased slots are served even after their use-by has
 	// passed (a follower that was paused spends stale slots at once).
 	SpendExpired bool
+	// FallbackFullRate: a node in fallback paces at the key's full rate
+	// instead of its fraction (what "each worker paces itself" does).
+	FallbackFullRate bool
 }
 
 // Timing holds the raft timers. See hashicorp/raft's Config for their
@@ -124,6 +139,9 @@ const (
 	defaultHorizonAhead = time.Second
 	defaultUseGrace     = 50 * time.Millisecond
 	defaultLeaseSpan    = 20 * time.Millisecond
+	defaultShareTTL     = 2 * time.Second
+	defaultFallbackFor  = 60 * time.Second
+	defaultReapMargin   = 5 * time.Second
 )
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
@@ -145,6 +163,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LeaseSpan == 0 {
 		c.LeaseSpan = defaultLeaseSpan
+	}
+	if c.ShareTTL == 0 {
+		c.ShareTTL = defaultShareTTL
+	}
+	if c.FallbackFor == 0 {
+		c.FallbackFor = defaultFallbackFor
+	}
+	if c.ReapMargin == 0 {
+		c.ReapMargin = defaultReapMargin
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -213,8 +240,21 @@ func (c Config) validate() error {
 	if c.UseGrace < time.Millisecond || c.UseGrace > 10*time.Second {
 		bad("UseGrace", c.UseGrace, "must be 1ms..10s")
 	}
+	if c.ShareTTL < 30*time.Millisecond || c.ShareTTL > 10*time.Minute {
+		bad("ShareTTL", c.ShareTTL, "must be 30ms..10m")
+	}
+	if c.FallbackFor < 0 || c.FallbackFor > 24*time.Hour {
+		bad("FallbackFor", c.FallbackFor, "must be 0..24h")
+	}
+	if c.ReapMargin < time.Second {
+		bad("ReapMargin", c.ReapMargin, "must be at least 1s")
+	}
 	if c.LeaseSpan < time.Millisecond || c.LeaseSpan*2 >= c.HorizonAhead {
 		bad("LeaseSpan", c.LeaseSpan, "must be at least 1ms and less than HorizonAhead/2")
 	}
 	return errors.Join(errs...)
 }
+
+// reapAfter is how long the leader waits without hearing from a member
+// before removing it: longer than the member's promise plus its fallback.
+func (c Config) reapAfter() time.Duration { return c.ShareTTL + c.FallbackFor + c.ReapMargin }

@@ -23,6 +23,10 @@ var (
 	ErrInvalidConfig = errors.New("invalid config")
 	// ErrInvalidRequest: a request's arguments were invalid (count, key, limit).
 	ErrInvalidRequest = errors.New("invalid request")
+	// ErrStopped: the node has had no leader for longer than its fallback
+	// budget (Config.FallbackFor) and admits nothing until one renews its
+	// share. The fleet fails closed rather than risk the ceiling.
+	ErrStopped = errors.New("stopped: fallback budget exhausted")
 )
 
 // LimitExceededError is returned when the wait would exceed the maximum the

@@ -29,6 +29,8 @@ type fsmAdapter struct {
 	onLimit func(key string, lim fsm.Limit, ok bool)
 	// onReset is told when a snapshot replaced the whole state.
 	onReset func()
+	// onMembers is told when the member list (or a fraction) changed.
+	onMembers func()
 
 	mu       sync.Mutex
 	horizons map[string]int64 // key -> local monotonic ns
@@ -37,12 +39,13 @@ type fsmAdapter struct {
 
 func newFSMAdapter(state *fsm.State, now func() int64) *fsmAdapter {
 	return &fsmAdapter{
-		state:    state,
-		now:      now,
-		onLimit:  func(string, fsm.Limit, bool) {},
-		onReset:  func() {},
-		horizons: make(map[string]int64),
-		applied:  make(chan struct{}),
+		state:     state,
+		now:       now,
+		onLimit:   func(string, fsm.Limit, bool) {},
+		onReset:   func() {},
+		onMembers: func() {},
+		horizons:  make(map[string]int64),
+		applied:   make(chan struct{}),
 	}
 }
 
@@ -76,6 +79,8 @@ func (f *fsmAdapter) Apply(l *raft.Log) any {
 			f.onLimit(c.Key, c.Limit, true)
 		case fsm.DeleteLimit:
 			f.onLimit(c.Key, fsm.Limit{}, false)
+		case fsm.UpsertMember, fsm.RemoveMember:
+			f.onMembers()
 		}
 	}
 	return err
@@ -104,6 +109,7 @@ func (f *fsmAdapter) Restore(rc io.ReadCloser) error {
 	f.applied = make(chan struct{})
 	f.mu.Unlock()
 	f.onReset()
+	f.onMembers()
 	return nil
 }
 

@@ -30,15 +30,20 @@ type Node struct {
 	log   *slog.Logger
 	epoch time.Time
 
-	state     *fsm.State
-	fsm       *fsmAdapter
-	pacer     *pacer
-	leases    *leaseCache
-	trans     *transport.Transport
-	raftTrans *raft.NetworkTransport
-	store     *raftboltdb.BoltStore
-	raft      *raft.Raft
-	gossip    *gossip
+	state    *fsm.State
+	fsm      *fsmAdapter
+	pacer    *pacer
+	leases   *leaseCache
+	shares   *shares
+	fallback *fallback
+	// fractionIndex is the raft index of the last fraction shrink: growth
+	// waits until every member has applied it.
+	fractionIndex atomic.Uint64
+	trans         *transport.Transport
+	raftTrans     *raft.NetworkTransport
+	store         *raftboltdb.BoltStore
+	raft          *raft.Raft
+	gossip        *gossip
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -52,7 +57,7 @@ type Node struct {
 
 type counters struct {
 	granted, refused, unknown, forwarded, lateGrants, forfeited, extensions, extendErrors atomic.Uint64
-	leases, leasedSlots                                                                   atomic.Uint64
+	leases, leasedSlots, fallbackGrants                                                   atomic.Uint64
 }
 
 // New validates cfg, opens the data dir and starts the node: transport,
@@ -82,9 +87,13 @@ func New(cfg Config) (n *Node, err error) {
 	n.fsm = newFSMAdapter(n.state, n.now)
 	n.pacer = newPacer(n.now, cfg.HorizonAhead, cfg.LeaseSpan, n.fsm.horizon, n.state.Limits)
 	n.leases = newLeaseCache(n)
+	n.shares = newShares(n.now, cfg.ShareTTL)
+	n.pacer.share = n.shares.fraction
+	n.fallback = newFallback(n)
+	n.fsm.onMembers = func() { n.shares.setMembers(n.state.Members()) }
 	n.pacer.fresh = cfg.Unsafe.FreshStart
-	if cfg.Unsafe.FreshStart || cfg.Unsafe.SpendExpired {
-		n.log.Warn("UNSAFE test options set: this node may break the ceiling", "fresh_start", cfg.Unsafe.FreshStart, "spend_expired", cfg.Unsafe.SpendExpired)
+	if cfg.Unsafe != (Unsafe{}) {
+		n.log.Warn("UNSAFE test options set: this node may break the ceiling", "options", fmt.Sprintf("%+v", cfg.Unsafe))
 	}
 	n.fsm.onLimit = n.pacer.setLimit
 	n.fsm.onReset = n.pacer.reset
@@ -105,9 +114,11 @@ func New(cfg Config) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n.wg.Add(2)
+	n.wg.Add(4)
 	go n.extendLoop()
 	go n.reconcileLoop()
+	go n.shareLoop()
+	go func() { defer n.wg.Done(); n.fallback.watch(n.ctx) }()
 	if len(cfg.Join) > 0 {
 		n.wg.Add(1)
 		go n.joinLoop(cfg.Join)
@@ -252,6 +263,7 @@ func (n *Node) leadershipLoop(notify <-chan bool) {
 			return
 		case leader := <-notify:
 			gen := n.pacer.stepDown()
+			n.shares.stepDown()
 			if !leader {
 				n.log.Info("lost leadership")
 				continue
@@ -263,6 +275,10 @@ func (n *Node) leadershipLoop(notify <-chan bool) {
 					n.log.Warn("barrier after election failed; not granting", "err", err)
 					return
 				}
+				// Hold nothing until members answer: renew every share now
+				// rather than at the next tick.
+				n.shares.lead(n.state.Members())
+				n.renewShares()
 				if n.pacer.lead(gen) {
 					n.log.Info("leading: granting from inherited horizons", "term", n.raft.CurrentTerm())
 				}
@@ -349,10 +365,21 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 	if maxWait < 0 {
 		maxWait = 0
 	}
-	if count == 1 && !n.cfg.DisableLeases {
-		if n.closed() {
-			return Reservation{}, ErrClosed
+	if n.closed() {
+		return Reservation{}, ErrClosed
+	}
+	if n.fallback.current() != ModeRaft {
+		r, err := n.fallback.reserve(key, count, maxWait)
+		if !errors.Is(err, errNotLeader) {
+			n.countResult(err)
+			if err == nil {
+				n.stats.granted.Add(1)
+				n.stats.fallbackGrants.Add(1)
+			}
+			return r, err
 		}
+	}
+	if count == 1 && !n.cfg.DisableLeases {
 		return n.leases.reserve(ctx, key, maxWait)
 	}
 	begin := time.Now()
@@ -420,7 +447,7 @@ func (n *Node) countResult(err error) {
 var errRetry = errors.New("node: retry")
 
 func retryable(err error) bool {
-	return errors.Is(err, errRetry) || errors.Is(err, errNotLeader)
+	return errors.Is(err, errRetry) || errors.Is(err, errNotLeader) || errors.Is(err, errNoShare)
 }
 
 func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWait time.Duration) (time.Duration, error) {
@@ -649,6 +676,16 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 			msg = truncate(err.Error(), maxMsgLen)
 		}
 		return leaseResp{Code: codeFor(err), Lease: l, Msg: msg}.encode(), nil
+	case rpcShare:
+		m, err := decodeShareReq(req)
+		if err != nil {
+			return nil, err
+		}
+		// Only the leader this node knows may hold its share.
+		if _, id := n.raft.LeaderWithID(); string(id) != m.Leader {
+			return nil, fmt.Errorf("node: share renewal from %q, but the leader here is %q", m.Leader, id)
+		}
+		return n.fallback.renew().encode(), nil
 	case rpcSetLimit:
 		m, err := decodeSetLimitReq(req)
 		if err == nil {

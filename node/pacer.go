@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -15,6 +16,27 @@ import (
 // errNotLeader tells the caller to forward: this node is not (or not yet)
 // the leader that may grant.
 var errNotLeader = errors.New("node: not the leader")
+
+// errNoShare: the leader holds no part of the rate for the slots asked
+// (no share renewed yet); the caller retries.
+var errNoShare = errors.New("node: leader holds no share of the rate yet")
+
+// scaled returns the key's GCRA parameters for slots in [a, b]: the rate
+// and burst scaled by the fraction F the leader holds there.
+func (p *pacer) scaled(ks *keyState, a, b int64) (gcra.Params, bool) {
+	F := 1.0
+	if p.share != nil {
+		F = p.share(a, b)
+	}
+	if F <= 0 {
+		return gcra.Params{}, false
+	}
+	if F >= 1 {
+		return ks.params, true
+	}
+	burst := max(1, int(math.Floor(F*float64(ks.limit.Burst))))
+	return gcra.NewParams(int64(math.Ceil(float64(ks.params.Interval)/F)), burst), true
+}
 
 // maxExtendBatch bounds the keys one horizon entry carries.
 const maxExtendBatch = 1024
@@ -28,10 +50,13 @@ const maxExtendBatch = 1024
 // conservative as the old leader's, so the union of both leaders' grants is
 // itself a conforming sequence and the R*W+B ceiling holds across the change.
 type pacer struct {
-	now     func() int64
-	ahead   int64
-	span    int64                          // LeaseSpan: the most time one lease covers
-	fresh   bool                           // unsafeFreshStart: see Config
+	now   func() int64
+	ahead int64
+	span  int64 // LeaseSpan: the most time one lease covers
+	fresh bool  // Unsafe.FreshStart: see Config
+	// share is F for slots in [a, b]: the part of each key's rate this
+	// leader may grant (see shares). nil means 1.
+	share   func(a, b int64) float64
 	tracked func(key string) (int64, bool) // the fsm adapter's local horizons
 	limits  func() map[string]fsm.Limit
 
@@ -188,7 +213,18 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 			return 0, fmt.Errorf("node: reserve %q: %w", key, ErrUnknownKey)
 		}
 		now := p.now()
-		start, newTAT, err := gcra.Reserve(ks.tat, ks.params, now, count)
+		params, ok := p.scaled(ks, now, now)
+		if !ok {
+			p.mu.Unlock()
+			return 0, errNoShare
+		}
+		start, newTAT, err := gcra.Reserve(ks.tat, params, now, count)
+		if later, ok := p.scaled(ks, now, newTAT); err == nil && ok && later != params {
+			start, newTAT, err = gcra.Reserve(ks.tat, later, now, count)
+		} else if err == nil && !ok {
+			p.mu.Unlock()
+			return 0, errNoShare
+		}
 		if err != nil {
 			p.mu.Unlock()
 			return 0, fmt.Errorf("node: reserve %q: %w: %w", key, ErrInvalidRequest, err)
@@ -263,8 +299,20 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 			return lease{}, fmt.Errorf("node: lease %q: %w", key, ErrUnknownKey)
 		}
 		now := p.now()
-		T, tau := ks.params.Interval, ks.params.Tolerance
+		params, ok := p.scaled(ks, now, now)
+		if !ok {
+			p.mu.Unlock()
+			return lease{}, errNoShare
+		}
 		tatp := max(now, ks.tat)
+		// Scale for the whole span the lease may cover.
+		if later, ok := p.scaled(ks, now, tatp+int64(count)*params.Interval); !ok {
+			p.mu.Unlock()
+			return lease{}, errNoShare
+		} else if later != params {
+			params = later
+		}
+		T, tau := params.Interval, params.Tolerance
 		base := tatp - tau - now
 		first := max(0, base)
 		if time.Duration(first) > maxWait || tatp+T-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {

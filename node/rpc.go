@@ -18,6 +18,7 @@ const (
 	rpcSetLimit     uint8 = 2 // follower -> leader: commit a limit
 	rpcRemoveServer uint8 = 3 // leaving node -> leader: remove it from raft
 	rpcLease        uint8 = 4 // any node -> leader: a run of slots of a key
+	rpcShare        uint8 = 5 // leader -> member: renew the share lease
 
 	rpcVersion uint8 = 1
 )
@@ -60,6 +61,16 @@ type indexResp struct {
 }
 
 type removeServerReq struct{ ID string }
+
+type shareReq struct{ Leader string }
+
+// shareAnswer is a member's answer to a renewal: it applies Fraction as of
+// raft index Applied, and its fallback slots reach Busy past the answer.
+type shareAnswer struct {
+	Applied  uint64
+	Fraction float64
+	Busy     time.Duration
+}
 
 type leaseReq struct {
 	Key     string
@@ -349,6 +360,35 @@ func decodeLeaseResp(b []byte) (leaseResp, error) {
 	// must not make a node divide by zero or serve slots at once.
 	if m.Code == codeOK && (m.Lease.Count < 1 || m.Lease.Spacing < 1) {
 		return leaseResp{}, fmt.Errorf("%w: lease of %d slots spaced %dns", errBadRPC, m.Lease.Count, m.Lease.Spacing)
+	}
+	return m, nil
+}
+
+func (m shareReq) encode() []byte { return appendString([]byte{rpcVersion}, m.Leader) }
+
+func decodeShareReq(b []byte) (shareReq, error) {
+	r := reader{b: b}
+	r.start()
+	m := shareReq{Leader: r.string(fsm.MaxIDLen)}
+	return m, r.done()
+}
+
+func (m shareAnswer) encode() []byte {
+	b := []byte{rpcVersion}
+	b = binary.AppendUvarint(b, m.Applied)
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(m.Fraction))
+	return binary.AppendVarint(b, int64(m.Busy))
+}
+
+func decodeShareAnswer(b []byte) (shareAnswer, error) {
+	r := reader{b: b}
+	r.start()
+	m := shareAnswer{Applied: r.uvarint(), Fraction: r.float64(), Busy: time.Duration(r.varint())}
+	if err := r.done(); err != nil {
+		return shareAnswer{}, err
+	}
+	if math.IsNaN(m.Fraction) || m.Fraction < 0 || m.Fraction > 1 || m.Busy < 0 {
+		return shareAnswer{}, fmt.Errorf("%w: share answer fraction %v busy %v", errBadRPC, m.Fraction, m.Busy)
 	}
 	return m, nil
 }

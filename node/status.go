@@ -11,13 +11,19 @@ import (
 
 // Status is a node's view of the cluster, for operators and tests.
 type Status struct {
-	ID           string         `json:"id"`
-	Addr         string         `json:"addr"`
-	GossipAddr   string         `json:"gossip_addr"`
-	State        string         `json:"state"` // raft state: Leader, Follower, Candidate, Shutdown
-	Leader       string         `json:"leader"`
-	LeaderAddr   string         `json:"leader_addr"`
-	Granting     bool           `json:"granting"` // this node leads and has passed its barrier
+	ID         string  `json:"id"`
+	Addr       string  `json:"addr"`
+	GossipAddr string  `json:"gossip_addr"`
+	State      string  `json:"state"` // raft state: Leader, Follower, Candidate, Shutdown
+	Leader     string  `json:"leader"`
+	LeaderAddr string  `json:"leader_addr"`
+	Granting   bool    `json:"granting"` // this node leads and has passed its barrier
+	Mode       string  `json:"mode"`     // raft, local (fallback), stopped
+	Fraction   float64 `json:"fraction"` // this node's fallback fraction
+	// HeldFraction is, on the leader, the part of each key's rate it may
+	// grant now: 1 minus the fractions of members whose share it does not
+	// hold. 0 on other nodes.
+	HeldFraction float64        `json:"held_fraction"`
 	Term         uint64         `json:"term"`
 	AppliedIndex uint64         `json:"applied_index"`
 	Members      []MemberStatus `json:"members"`
@@ -28,12 +34,14 @@ type Status struct {
 // MemberStatus describes one member of raft's configuration (or a node
 // seen in gossip that is not in it yet, with Role "none").
 type MemberStatus struct {
-	ID         string `json:"id"`
-	Addr       string `json:"addr"`
-	GossipAddr string `json:"gossip_addr,omitempty"`
-	Role       string `json:"role"`   // voter, nonvoter, none
-	Health     string `json:"health"` // alive, failed (left or unreachable), unknown (not seen in gossip yet)
-	Leader     bool   `json:"leader"`
+	ID         string  `json:"id"`
+	Addr       string  `json:"addr"`
+	GossipAddr string  `json:"gossip_addr,omitempty"`
+	Role       string  `json:"role"` // voter, nonvoter, none
+	Fraction   float64 `json:"fraction"`
+	ShareHeld  bool    `json:"share_held"` // (leader's view) the leader holds its share now
+	Health     string  `json:"health"`     // alive, failed (left or unreachable), unknown (not seen in gossip yet)
+	Leader     bool    `json:"leader"`
 }
 
 // LimitStatus is one key's limit and, on the leader, its pacing state.
@@ -52,6 +60,7 @@ type Stats struct {
 	UnknownKey   uint64 `json:"unknown_key"`   // ErrUnknownKey answers
 	Forwarded    uint64 `json:"forwarded"`     // reservations sent to the leader
 	LateGrants   uint64 `json:"late_grants"`   // forwarded grants that arrived after their UseBy, asked for again
+	Fallback     uint64 `json:"fallback"`      // reservations granted by this node's own fallback pacer
 	Forfeited    uint64 `json:"forfeited"`     // grants a caller could not use by their UseBy (see Forfeit)
 	Leases       uint64 `json:"leases"`        // leases this node received
 	LeasedSlots  uint64 `json:"leased_slots"`  // slots in them
@@ -67,6 +76,7 @@ func (n *Node) Stats() Stats {
 		UnknownKey:   n.stats.unknown.Load(),
 		Forwarded:    n.stats.forwarded.Load(),
 		LateGrants:   n.stats.lateGrants.Load(),
+		Fallback:     n.stats.fallbackGrants.Load(),
 		Forfeited:    n.stats.forfeited.Load(),
 		Leases:       n.stats.leases.Load(),
 		LeasedSlots:  n.stats.leasedSlots.Load(),
@@ -90,10 +100,14 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Leader:       string(leaderID),
 		LeaderAddr:   string(leaderAddr),
 		Granting:     n.pacer.isLeading(),
+		Mode:         n.fallback.current().String(),
+		Fraction:     n.ownFraction(),
 		Term:         term,
 		AppliedIndex: n.state.AppliedIndex(),
 		Stats:        n.Stats(),
 	}
+	held, sv := n.shares.view()
+	st.HeldFraction = held
 	gm := n.gossip.snapshot()
 	seen := make(map[string]bool)
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
@@ -105,6 +119,9 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			if g, ok := gm[m.ID]; ok {
 				m.Health = health(g.alive)
 				m.GossipAddr = g.gossip
+			}
+			if v, ok := sv[m.ID]; ok {
+				m.Fraction, m.ShareHeld = v.Fraction, v.Held
 			}
 			st.Members = append(st.Members, m)
 			seen[m.ID] = true

@@ -1,0 +1,348 @@
+package node
+
+import (
+	"context"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+)
+
+// shares is the leader's record of whose fallback fraction it holds
+// (DESIGN 5). Member i's fraction f_i is spent by exactly one side at any
+// moment: by the leader while it holds i's share lease, by i itself (in
+// fallback) once that lease has lapsed.
+//
+// Holder measures from its request: the leader sends a renewal at q; the
+// member answers at s >= q, promising no fallback before s + ShareTTL; the
+// leader counts the share only for slots before q + ShareTTL. A member that
+// comes back from fallback reports how far its fallback slots still reach,
+// and the leader counts its share only from when the answer arrived plus
+// that. Lost or late messages can therefore only make the leader count
+// less.
+//
+// The leader paces a slot at time t at R*(1 - sum of fractions not held
+// at t). A fraction not held counts at the larger of its committed value
+// and the value the member last reported, since a member cut off may not
+// have applied a shrink.
+type shares struct {
+	now func() int64
+	ttl int64
+
+	mu      sync.Mutex
+	leading bool
+	since   int64 // when this leadership began
+	by      map[string]*shareState
+	fracs   map[string]float64 // committed fractions (fsm members)
+	cache   fcache
+}
+
+type shareState struct {
+	heldFrom, heldUntil int64   // the leader counts f_i for slots in [heldFrom, heldUntil)
+	lastAck             int64   // send time q of the last answered renewal (or leadership start)
+	reported            float64 // the fraction the member last said it applies
+	applied             uint64  // the member's applied index at its last answer
+}
+
+// fcache remembers F for slot intervals inside [from, until).
+type fcache struct {
+	valid       bool
+	from, until int64
+	f           float64
+}
+
+func newShares(now func() int64, ttl time.Duration) *shares {
+	return &shares{now: now, ttl: int64(ttl), by: make(map[string]*shareState), fracs: make(map[string]float64)}
+}
+
+// lead starts a new leadership: nothing is held until renewed; every member
+// counts as last heard now (reaping waits a full ReapAfter from here).
+func (s *shares) lead(members []fsm.Member) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.leading, s.since = true, now
+	s.by = make(map[string]*shareState)
+	s.setMembersLocked(members)
+	for id := range s.fracs {
+		s.by[id] = &shareState{lastAck: now, reported: s.fracs[id]}
+	}
+	s.cache.valid = false
+}
+
+func (s *shares) stepDown() {
+	s.mu.Lock()
+	s.leading = false
+	s.cache.valid = false
+	s.mu.Unlock()
+}
+
+// setMembers follows the committed member list.
+func (s *shares) setMembers(members []fsm.Member) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setMembersLocked(members)
+}
+
+func (s *shares) setMembersLocked(members []fsm.Member) {
+	s.fracs = make(map[string]float64, len(members))
+	for _, m := range members {
+		s.fracs[m.ID] = m.Fraction
+		if s.leading && s.by[m.ID] == nil {
+			s.by[m.ID] = &shareState{lastAck: s.now(), reported: m.Fraction}
+		}
+	}
+	s.cache.valid = false
+}
+
+// renewed records an answer to a renewal sent at q and received at r.
+func (s *shares) renewed(id string, q, r int64, a shareAnswer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.leading {
+		return
+	}
+	st := s.by[id]
+	if st == nil {
+		st = &shareState{}
+		s.by[id] = st
+	}
+	if st.heldUntil <= r || a.Busy > 0 {
+		// The share had lapsed (or the member was in fallback): count it
+		// only once the member's own fallback slots are done.
+		st.heldFrom = r + int64(a.Busy)
+	}
+	st.heldUntil = max(st.heldUntil, q+s.ttl)
+	st.lastAck = max(st.lastAck, q)
+	st.reported = a.Fraction
+	st.applied = a.Applied
+	s.cache.valid = false
+}
+
+// fraction returns F for slots in [a, b]: 1 minus the fractions not held
+// for the whole interval. 0 when not leading.
+func (s *shares) fraction(a, b int64) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.leading {
+		return 0
+	}
+	if c := s.cache; c.valid && a >= c.from && b < c.until {
+		return c.f
+	}
+	unheld := 0.0
+	from, until := int64(math.MinInt64), int64(math.MaxInt64)
+	for id, committed := range s.fracs {
+		st := s.by[id]
+		f := committed
+		if st != nil && st.reported > f {
+			f = st.reported
+		}
+		if st != nil && st.heldFrom <= a && b < st.heldUntil {
+			from, until = max(from, st.heldFrom), min(until, st.heldUntil)
+			continue
+		}
+		unheld += f
+		if st != nil && st.heldFrom > a {
+			until = min(until, st.heldFrom) // may be held later
+		}
+	}
+	F := max(0, 1-unheld)
+	if F > 1 {
+		F = 1
+	}
+	if a >= from && b < until {
+		s.cache = fcache{valid: true, from: from, until: until, f: F}
+	}
+	return F
+}
+
+// view lists the share states for status.
+func (s *shares) view() (held float64, members map[string]shareView) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	members = make(map[string]shareView)
+	held = 1
+	for id, committed := range s.fracs {
+		st := s.by[id]
+		v := shareView{Fraction: committed}
+		if st != nil {
+			v.Held = s.leading && st.heldFrom <= now && now < st.heldUntil
+			v.LastAck = time.Duration(now - st.lastAck)
+			v.Reported = st.reported
+		}
+		if !v.Held {
+			held -= max(committed, v.Reported)
+		}
+		members[id] = v
+	}
+	if !s.leading {
+		held = 0
+	}
+	return max(0, held), members
+}
+
+type shareView struct {
+	Fraction, Reported float64
+	Held               bool
+	LastAck            time.Duration
+}
+
+// overdue lists members (other than self) not heard from for reapAfter.
+func (s *shares) overdue(self string, reapAfter time.Duration) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.leading {
+		return nil
+	}
+	now := s.now()
+	var out []string
+	for id, st := range s.by {
+		if _, member := s.fracs[id]; member && id != self && now-st.lastAck > int64(reapAfter) {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// allApplied reports whether every member has said it applied index.
+func (s *shares) allApplied(index uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.fracs {
+		if st := s.by[id]; st == nil || st.applied < index {
+			return false
+		}
+	}
+	return true
+}
+
+// shareLoop runs on every node; while it leads, it renews every member's
+// share lease (its own by a local call) every ShareTTL/3, reaps members not
+// heard from for ReapAfter, and keeps fractions at 1/N, shrinking before
+// growing.
+func (n *Node) shareLoop() {
+	defer n.wg.Done()
+	tick := time.NewTicker(n.cfg.ShareTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !n.pacer.isLeading() {
+			continue
+		}
+		n.renewShares()
+		for _, id := range n.shares.overdue(n.cfg.NodeID, n.cfg.reapAfter()) {
+			n.log.Warn("reaping member not heard from", "member", id, "reap_after", n.cfg.reapAfter())
+			if _, err := n.removeServer(id); err != nil {
+				n.log.Warn("reap failed", "member", id, "err", err)
+			}
+		}
+		if err := n.balanceFractions(); err != nil {
+			n.log.Warn("balancing fractions", "err", err)
+		}
+	}
+}
+
+// renewShares sends one round of renewals and waits for the answers (each
+// bounded by a third of the TTL: a later answer is not counted).
+func (n *Node) renewShares() {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	timeout := n.cfg.ShareTTL / 3
+	var wg sync.WaitGroup
+	for _, srv := range f.Configuration().Servers {
+		id, addr := string(srv.ID), string(srv.Address)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q := n.now()
+			var a shareAnswer
+			var err error
+			if id == n.cfg.NodeID {
+				a = n.fallback.renew()
+			} else {
+				ctx, cancel := context.WithTimeout(n.ctx, timeout)
+				a, err = n.callShare(ctx, addr)
+				cancel()
+			}
+			r := n.now()
+			if err != nil || r-q > int64(timeout) {
+				return
+			}
+			n.shares.renewed(id, q, r, a)
+		}()
+	}
+	wg.Wait()
+}
+
+func (n *Node) callShare(ctx context.Context, addr string) (shareAnswer, error) {
+	raw, err := n.trans.Call(ctx, addr, rpcShare, shareReq{Leader: n.cfg.NodeID}.encode())
+	if err != nil {
+		return shareAnswer{}, err
+	}
+	return decodeShareAnswer(raw)
+}
+
+// balanceFractions moves every member's fraction toward 1/N: shrinks are
+// committed first; growth waits until every member has applied them (it
+// says so in its renewal answers), so no member can believe a fraction
+// larger than its share of 1 while another's grows.
+func (n *Node) balanceFractions() error {
+	members := n.state.Members()
+	if len(members) == 0 {
+		return nil
+	}
+	target := 1 / float64(len(members))
+	const eps = 1e-9
+	var grow []fsm.Member
+	for _, m := range members {
+		switch {
+		case m.Fraction > target+eps:
+			m.Fraction = target
+			index, err := n.applyMember(m)
+			if err != nil {
+				return err
+			}
+			n.fractionIndex.Store(index)
+			n.log.Info("fallback fraction shrunk", "member", m.ID, "fraction", target)
+		case m.Fraction < target-eps:
+			grow = append(grow, m)
+		}
+	}
+	if len(grow) == 0 || !n.shares.allApplied(n.fractionIndex.Load()) {
+		return nil
+	}
+	for _, m := range grow {
+		m.Fraction = target
+		if _, err := n.applyMember(m); err != nil {
+			return err
+		}
+		n.log.Info("fallback fraction grown", "member", m.ID, "fraction", target)
+	}
+	return nil
+}
+
+func (n *Node) applyMember(m fsm.Member) (uint64, error) {
+	data, err := fsm.Encode(&fsm.UpsertMember{Member: m})
+	if err != nil {
+		return 0, err
+	}
+	fut := n.raft.Apply(data, 5*time.Second)
+	if err := fut.Error(); err != nil {
+		return 0, err
+	}
+	if err, ok := fut.Response().(error); ok && err != nil {
+		return 0, err
+	}
+	return fut.Index(), nil
+}
