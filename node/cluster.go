@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,6 +77,20 @@ func newGossip(n *Node) (*gossip, error) {
 	mc.Delegate = g
 	mc.Events = g
 	mc.Logger = logging.StdLogger(n.log.With("component", "memberlist"))
+	if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
+		bt, err := newBoundTransport(ip, port, mc.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("node: gossip: %w", err)
+		}
+		mc.Transport = bt
+		if port == 0 {
+			port = bt.GetAutoBindPort()
+			mc.BindPort = port
+			if n.cfg.GossipAdvertiseAddr == "" {
+				mc.AdvertisePort = port
+			}
+		}
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("node: gossip: %w", err)
@@ -205,7 +221,25 @@ func health(alive bool) string {
 func (n *Node) joinLoop(addrs []string) {
 	defer n.wg.Done()
 	backoff := 100 * time.Millisecond
+	fromConfig := len(addrs) > 0
 	for {
+		if !fromConfig {
+			// No --join: find the cluster through the addresses members
+			// publish in Postgres (until this node knows a leader).
+			if leaderKnown(n.raft) {
+				return
+			}
+			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+			addrs = n.discoverJoin(ctx)
+			cancel()
+			if len(addrs) == 0 {
+				if sleepCtx(context.Background(), n.ctx, backoff) != nil {
+					return
+				}
+				backoff = min(2*backoff, 5*time.Second)
+				continue
+			}
+		}
 		count, err := n.gossip.ml.Join(addrs)
 		if count > 0 {
 			n.log.Info("joined gossip", "contacted", count)
@@ -543,4 +577,42 @@ func (n *Node) leaveOnce(ctx context.Context) error {
 		return fmt.Errorf("node: leave: %w", err)
 	}
 	return nil
+}
+
+// boundTransport is memberlist's network transport with its TCP dials made
+// from the gossip bind IP (its UDP already leaves from the bound socket), so
+// a node's gossip comes from the address it listens on, like its raft and
+// RPC traffic.
+type boundTransport struct {
+	*memberlist.NetTransport
+	local *net.TCPAddr
+}
+
+func newBoundTransport(ip net.IP, port int, logger *log.Logger) (*boundTransport, error) {
+	cfg := &memberlist.NetTransportConfig{BindAddrs: []string{ip.String()}, BindPort: port, Logger: logger}
+	var nt *memberlist.NetTransport
+	var err error
+	// With port 0, TCP and UDP must get the same free port: memberlist
+	// retries a few times for the same reason.
+	for try := 0; try < 10; try++ {
+		if nt, err = memberlist.NewNetTransport(cfg); err == nil {
+			break
+		}
+		if port != 0 || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &boundTransport{NetTransport: nt, local: &net.TCPAddr{IP: ip}}, nil
+}
+
+func (b *boundTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout, LocalAddr: b.local}
+	return d.Dial("tcp", a.Addr)
+}
+
+func (b *boundTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	return b.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
 }

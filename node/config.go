@@ -80,6 +80,19 @@ type Config struct {
 	FallbackFor time.Duration
 	// ReapMargin is the leader's extra wait before reaping (default 5s).
 	ReapMargin time.Duration
+	// PostgresURL, when set, links the node to Postgres (DESIGN 6): the
+	// leader checkpoints limits, members and horizons there; a cluster
+	// started with empty data dirs restores them; nodes publish their
+	// addresses (a node without Join finds the cluster there); members in
+	// fallback that reach it pool their fractions on one cursor. Postgres
+	// being down is logged and survived.
+	PostgresURL string
+	// PostgresSchema holds raftpace's tables (default "raftpace"; created
+	// on first use).
+	PostgresSchema string
+	// CheckpointEvery is how often the leader writes the checkpoint
+	// (default 5s); it also writes soon after every limit or member change.
+	CheckpointEvery time.Duration
 	// Logger receives the node's logs, raft's and memberlist's included.
 	// Default: discard.
 	Logger *slog.Logger
@@ -101,6 +114,10 @@ type Unsafe struct {
 	// FallbackFullRate: a node in fallback paces at the key's full rate
 	// instead of its fraction (what "each worker paces itself" does).
 	FallbackFullRate bool
+	// RestoreLimitsOnly: a cluster restored from the Postgres checkpoint
+	// gets its limits but not its horizons, so it may grant slots the old
+	// cluster granted.
+	RestoreLimitsOnly bool
 }
 
 // Timing holds the raft timers. See hashicorp/raft's Config for their
@@ -141,7 +158,7 @@ const (
 	defaultLeaseSpan    = 20 * time.Millisecond
 	defaultShareTTL     = 2 * time.Second
 	defaultFallbackFor  = 60 * time.Second
-	defaultReapMargin   = 5 * time.Second
+	defaultReapMargin   = 10 * time.Second
 )
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
@@ -172,6 +189,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReapMargin == 0 {
 		c.ReapMargin = defaultReapMargin
+	}
+	if c.CheckpointEvery == 0 {
+		c.CheckpointEvery = 5 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -245,6 +265,12 @@ func (c Config) validate() error {
 	}
 	if c.FallbackFor < 0 || c.FallbackFor > 24*time.Hour {
 		bad("FallbackFor", c.FallbackFor, "must be 0..24h")
+	}
+	if c.PostgresURL != "" && c.ReapMargin < poolTTL+poolMaxWait+c.UseGrace+time.Second {
+		bad("ReapMargin", c.ReapMargin, fmt.Sprintf("with PostgresURL must be at least %v: the pool may spend a member's fraction that long after it stops", poolTTL+poolMaxWait+c.UseGrace+time.Second))
+	}
+	if c.CheckpointEvery < 100*time.Millisecond {
+		bad("CheckpointEvery", c.CheckpointEvery, "must be at least 100ms")
 	}
 	if c.ReapMargin < time.Second {
 		bad("ReapMargin", c.ReapMargin, "must be at least 1s")

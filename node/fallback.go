@@ -2,13 +2,16 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/gcra"
+	"github.com/raftpace/raftpace/internal/pgstore"
 )
 
 // Mode is how a node admits events.
@@ -25,7 +28,25 @@ const (
 	// nothing until a leader renews its share (so a member that may be
 	// reaped has stopped spending its fraction before it is).
 	ModeStopped
+	// ModePooled: in fallback, with Postgres reachable: the node's fraction
+	// is pooled with the other members in fallback that reach it, on one
+	// cursor per key kept by Postgres's clock.
+	ModePooled
 )
+
+// The pool registration outlives its last renewal by poolTTL; a pooled
+// reservation waits at most poolMaxWait. So the pool's grants that count a
+// member's fraction end by (last renewal answer + poolTTL + poolMaxWait +
+// UseGrace): the member hands its fraction to the leader, or paces it
+// locally, only after that.
+const (
+	poolTTL     = 3 * time.Second
+	poolMaxWait = time.Second
+)
+
+// errPoolPending: the node is deciding between pooled and local fallback
+// (or rejoining the pool); the caller retries shortly.
+var errPoolPending = errors.New("node: fallback pool pending")
 
 func (m Mode) String() string {
 	switch m {
@@ -35,6 +56,8 @@ func (m Mode) String() string {
 		return "local"
 	case ModeStopped:
 		return "stopped"
+	case ModePooled:
+		return "pooled"
 	}
 	return fmt.Sprintf("mode(%d)", int32(m))
 }
@@ -45,11 +68,17 @@ type fallback struct {
 	n    *Node
 	mode atomic.Int32
 
-	mu        sync.Mutex
-	promise   int64            // no fallback before this (node clock): s + ShareTTL
-	since     int64            // fallback began
-	keys      map[string]int64 // local pacer TAT per key
-	lastSlot  int64            // latest fallback slot granted
+	mu       sync.Mutex
+	promise  int64            // no fallback before this (node clock): s + ShareTTL
+	since    int64            // fallback began
+	keys     map[string]int64 // local pacer TAT per key
+	lastSlot int64            // latest fallback slot granted
+	// poolUntil bounds the pool's grants that count this node's fraction
+	// (see poolTTL); localFrom is when local pacing may start after the
+	// pool was lost. pending: fallback began and the pool is being tried.
+	poolUntil int64
+	localFrom int64
+	pending   bool
 	fraction  func() float64
 	announced Mode
 }
@@ -73,8 +102,8 @@ func (fb *fallback) current() Mode {
 	switch {
 	case m == ModeRaft && now < fb.promiseAt():
 		return ModeRaft
-	case m == ModeLocal && now < fb.promiseAt()+int64(fb.n.cfg.FallbackFor):
-		return ModeLocal
+	case (m == ModeLocal || m == ModePooled) && now < fb.promiseAt()+int64(fb.n.cfg.FallbackFor):
+		return m
 	}
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
@@ -93,8 +122,15 @@ func (fb *fallback) advanceLocked(now int64) Mode {
 		m = ModeLocal
 		fb.since = now
 		clear(fb.keys) // each key starts with an empty bucket: no burst
+		// With Postgres configured, try the pool first (watch decides);
+		// admit nothing locally meanwhile, or the pool and the local pacer
+		// could both spend the fraction.
+		fb.pending = fb.n.pg != nil
 	}
-	if m == ModeLocal && now >= fb.promise+int64(fb.n.cfg.FallbackFor) {
+	if (m == ModeLocal || m == ModePooled) && now >= fb.promise+int64(fb.n.cfg.FallbackFor) {
+		if m == ModePooled {
+			fb.leavePoolAsync()
+		}
 		m = ModeStopped
 	}
 	fb.mode.Store(int32(m))
@@ -116,6 +152,9 @@ func (fb *fallback) announce(m Mode) {
 			"from", prev.String(), "in_fallback_for", fb.n.cfg.FallbackFor)
 	case ModeRaft:
 		fb.n.log.Info("share renewed by the leader: admitting through raft", "from", prev.String())
+	case ModePooled:
+		fb.n.log.Warn("no leader renewed this node's share: pooling its fallback fraction in postgres",
+			"from", prev.String(), "fraction", fb.fraction(), "stop_after", fb.n.cfg.FallbackFor)
 	}
 }
 
@@ -127,10 +166,15 @@ func (fb *fallback) renew() shareAnswer {
 	defer fb.mu.Unlock()
 	now := fb.n.now()
 	var busy int64
-	if Mode(fb.mode.Load()) != ModeRaft || now >= fb.promise {
-		if end := fb.lastSlot + int64(fb.n.cfg.UseGrace); end > now {
+	if m := Mode(fb.mode.Load()); m != ModeRaft || now >= fb.promise {
+		end := max(fb.lastSlot+int64(fb.n.cfg.UseGrace), fb.poolUntil)
+		if end > now {
 			busy = end - now
 		}
+		if m == ModePooled {
+			fb.leavePoolAsync()
+		}
+		fb.pending = false
 	}
 	fb.promise = now + int64(fb.n.cfg.ShareTTL)
 	fb.mode.Store(int32(ModeRaft))
@@ -148,14 +192,23 @@ func (fb *fallback) reserve(key string, count int, maxWait time.Duration) (Reser
 		return Reservation{}, fmt.Errorf("node: reserve %q: %w", key, ErrUnknownKey)
 	}
 	fb.mu.Lock()
-	defer fb.mu.Unlock()
 	now := fb.n.now()
-	if m := fb.advanceLocked(now); m != ModeLocal {
-		if m == ModeStopped {
-			return Reservation{}, fmt.Errorf("node: reserve %q: %w", key, ErrStopped)
-		}
+	m := fb.advanceLocked(now)
+	switch {
+	case m == ModeStopped:
+		fb.mu.Unlock()
+		return Reservation{}, fmt.Errorf("node: reserve %q: %w", key, ErrStopped)
+	case m == ModeRaft:
+		fb.mu.Unlock()
 		return Reservation{}, errNotLeader // back in raft mode: go through the leader
+	case fb.pending:
+		fb.mu.Unlock()
+		return Reservation{}, errPoolPending
+	case m == ModePooled:
+		fb.mu.Unlock()
+		return fb.reservePooled(key, lim, count, maxWait)
 	}
+	defer fb.mu.Unlock()
 	f := fb.fraction()
 	if f <= 0 {
 		// No fraction of its own (a new member): only the leader's grants
@@ -169,6 +222,9 @@ func (fb *fallback) reserve(key string, count int, maxWait time.Duration) (Reser
 	if !ok {
 		tat = now
 	}
+	// After the pool was lost, nothing before the pool's grants that
+	// counted this fraction are surely over.
+	tat = max(tat, fb.localFrom+p.Tolerance)
 	start, next, err := gcra.Reserve(tat, p, now, count)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, ErrInvalidRequest, err)
@@ -192,7 +248,9 @@ func (fb *fallback) watch(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			fb.current()
+			if fb.current() != ModeRaft && fb.n.pg != nil {
+				fb.tendPool(ctx)
+			}
 		}
 	}
 }
@@ -205,4 +263,100 @@ func (n *Node) ownFraction() float64 {
 		}
 	}
 	return 0
+}
+
+// tendPool decides pooled or local fallback and renews the registration:
+// joining when the fallback begins (or the pool was lost), renewing every
+// poolTTL/3, going local when Postgres fails.
+func (fb *fallback) tendPool(ctx context.Context) {
+	fb.mu.Lock()
+	m := Mode(fb.mode.Load())
+	due := fb.pending || (m == ModePooled && fb.n.now() > fb.poolUntil-int64(poolMaxWait)-int64(fb.n.cfg.UseGrace)-int64(poolTTL)*2/3)
+	fb.mu.Unlock()
+	if !due || (m != ModeLocal && m != ModePooled) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	err := fb.n.pg.joinPool(cctx, fb.n.cfg.NodeID, fb.fraction())
+	recv := fb.n.now()
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	m = Mode(fb.mode.Load())
+	if m != ModeLocal && m != ModePooled {
+		return // a renewal or the budget moved it meanwhile
+	}
+	if err == nil {
+		fb.poolUntil = recv + int64(poolTTL) + int64(poolMaxWait) + int64(fb.n.cfg.UseGrace)
+		fb.pending = false
+		if m != ModePooled {
+			fb.mode.Store(int32(ModePooled))
+			fb.announce(ModePooled)
+		}
+		return
+	}
+	fb.poolLostLocked(err)
+}
+
+// poolLostLocked moves a pooled (or pending) node to local pacing, which
+// may start only once the pool's grants counting its fraction are over.
+func (fb *fallback) poolLostLocked(err error) {
+	fb.localFrom = max(fb.localFrom, fb.poolUntil)
+	fb.pending = false
+	if Mode(fb.mode.Load()) != ModeLocal || fb.announced != ModeLocal {
+		fb.n.log.Warn("postgres pool unavailable: pacing the fallback fraction locally", "err", err,
+			"local_from_in", time.Duration(max(0, fb.localFrom-fb.n.now())))
+		fb.mode.Store(int32(ModeLocal))
+		fb.announce(ModeLocal)
+	}
+}
+
+// reservePooled reserves from the pool's cursor.
+func (fb *fallback) reservePooled(key string, lim fsm.Limit, count int, maxWait time.Duration) (Reservation, error) {
+	ctx, cancel := context.WithTimeout(fb.n.ctx, 2*time.Second)
+	defer cancel()
+	sent := fb.n.now()
+	wait, err := fb.n.pg.reservePooled(ctx, key, lim, count, min(maxWait, poolMaxWait))
+	recv := fb.n.now()
+	if err != nil {
+		var le *pgstore.LimitExceededError
+		switch {
+		case errors.As(err, &le):
+			return Reservation{}, &LimitExceededError{Key: key, Wait: le.Wait, MaxWait: maxWait}
+		case errors.Is(err, pgstore.ErrNotInPool):
+			fb.mu.Lock()
+			fb.pending = true // rejoin at the next tick
+			fb.mu.Unlock()
+			return Reservation{}, errPoolPending
+		case errors.Is(err, pgstore.ErrInvalid):
+			return Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, ErrInvalidRequest, err)
+		default:
+			fb.mu.Lock()
+			fb.poolLostLocked(err)
+			fb.mu.Unlock()
+			return Reservation{}, errPoolPending
+		}
+	}
+	if recv-sent > int64(fb.n.cfg.UseGrace) {
+		return Reservation{}, errPoolPending // arrived too late to use: ask again
+	}
+	fb.mu.Lock()
+	fb.lastSlot = max(fb.lastSlot, recv+int64(wait))
+	fb.mu.Unlock()
+	at := fb.n.epoch.Add(time.Duration(recv) + wait)
+	return Reservation{At: at, UseBy: fb.n.epoch.Add(time.Duration(sent) + wait + fb.n.cfg.UseGrace)}, nil
+}
+
+// leavePoolAsync removes the registration (best effort: it expires anyway).
+func (fb *fallback) leavePoolAsync() {
+	n := fb.n
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
+		defer cancel()
+		if err := n.pg.leavePool(ctx, n.cfg.NodeID); err != nil {
+			n.log.Debug("leave pool", "err", err)
+		}
+	}()
 }

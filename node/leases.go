@@ -218,6 +218,9 @@ func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Durat
 				return Reservation{}, &LimitExceededError{Key: key, Wait: le.Wait, MaxWait: maxWait}
 			}
 		case retryable(f.err):
+			if n.inFallback() {
+				return Reservation{}, errModeChanged
+			}
 			lastErr = f.err
 			if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
 				return Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, ErrNoLeader, err)

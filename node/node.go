@@ -39,11 +39,17 @@ type Node struct {
 	// fractionIndex is the raft index of the last fraction shrink: growth
 	// waits until every member has applied it.
 	fractionIndex atomic.Uint64
-	trans         *transport.Transport
-	raftTrans     *raft.NetworkTransport
-	store         *raftboltdb.BoltStore
-	raft          *raft.Raft
-	gossip        *gossip
+	pg            *pgLink // nil without PostgresURL
+	// freshStart: this node started with no raft state (a new cluster, or
+	// a node joining one). restorePending: it leads a new cluster whose
+	// state must first be restored from the checkpoint.
+	freshStart     bool
+	restorePending atomic.Bool
+	trans          *transport.Transport
+	raftTrans      *raft.NetworkTransport
+	store          *raftboltdb.BoltStore
+	raft           *raft.Raft
+	gossip         *gossip
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -91,6 +97,11 @@ func New(cfg Config) (n *Node, err error) {
 	n.pacer.share = n.shares.fraction
 	n.fallback = newFallback(n)
 	n.fsm.onMembers = func() { n.shares.setMembers(n.state.Members()) }
+	if cfg.PostgresURL != "" {
+		n.pg = newPGLink(n)
+		n.fsm.onMembers = func() { n.shares.setMembers(n.state.Members()); n.pg.changed() }
+		n.fsm.onLimit = func(key string, lim fsm.Limit, ok bool) { n.pacer.setLimit(key, lim, ok); n.pg.changed() }
+	}
 	n.pacer.fresh = cfg.Unsafe.FreshStart
 	if cfg.Unsafe != (Unsafe{}) {
 		n.log.Warn("UNSAFE test options set: this node may break the ceiling", "options", fmt.Sprintf("%+v", cfg.Unsafe))
@@ -119,9 +130,13 @@ func New(cfg Config) (n *Node, err error) {
 	go n.reconcileLoop()
 	go n.shareLoop()
 	go func() { defer n.wg.Done(); n.fallback.watch(n.ctx) }()
-	if len(cfg.Join) > 0 {
+	if len(cfg.Join) > 0 || n.pg != nil {
 		n.wg.Add(1)
 		go n.joinLoop(cfg.Join)
+	}
+	if n.pg != nil {
+		n.wg.Add(1)
+		go n.postgresLoop()
 	}
 	if cfg.BootstrapExpect > 1 {
 		n.wg.Add(1)
@@ -173,6 +188,7 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("node: raft state: %w", err)
 	}
+	n.freshStart = !hasState
 	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, n.raftTrans)
 	if err != nil {
 		return fmt.Errorf("node: raft: %w", err)
@@ -219,6 +235,9 @@ func (n *Node) Close() error {
 			if err := n.trans.Close(); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		if n.pg != nil {
+			n.pg.close()
 		}
 		if n.store != nil {
 			if err := n.store.Close(); err != nil {
@@ -273,6 +292,9 @@ func (n *Node) leadershipLoop(notify <-chan bool) {
 				defer n.wg.Done()
 				if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
 					n.log.Warn("barrier after election failed; not granting", "err", err)
+					return
+				}
+				if !n.restoreBeforeLeading(gen) {
 					return
 				}
 				// Hold nothing until members answer: renew every share now
@@ -365,20 +387,49 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 	if maxWait < 0 {
 		maxWait = 0
 	}
-	if n.closed() {
-		return Reservation{}, ErrClosed
-	}
-	if n.fallback.current() != ModeRaft {
-		r, err := n.fallback.reserve(key, count, maxWait)
-		if !errors.Is(err, errNotLeader) {
-			n.countResult(err)
-			if err == nil {
-				n.stats.granted.Add(1)
-				n.stats.fallbackGrants.Add(1)
-			}
-			return r, err
+	deadline := time.Now().Add(maxWait)
+	for {
+		if n.closed() {
+			return Reservation{}, ErrClosed
 		}
+		if n.fallback.current() != ModeRaft {
+			r, err := n.fallback.reserve(key, count, time.Until(deadline))
+			switch {
+			case errors.Is(err, errPoolPending):
+				if err := sleepCtx(ctx, n.ctx, 20*time.Millisecond); err != nil {
+					return Reservation{}, fmt.Errorf("node: reserve %q: %w", key, err)
+				}
+				continue
+			case !errors.Is(err, errNotLeader):
+				n.countResult(err)
+				if err == nil {
+					n.stats.granted.Add(1)
+					n.stats.fallbackGrants.Add(1)
+				}
+				return r, err
+			}
+		}
+		r, err := n.reserveRaft(ctx, key, count, max(0, time.Until(deadline)))
+		if errors.Is(err, errModeChanged) {
+			continue
+		}
+		return r, err
 	}
+}
+
+// errModeChanged: while retrying the leader, the node moved to fallback;
+// Reserve dispatches again.
+var errModeChanged = errors.New("node: admission mode changed")
+
+// inFallback reports whether the node should stop retrying the leader and
+// serve its callers from its own fallback.
+func (n *Node) inFallback() bool {
+	return n.fallback.current() != ModeRaft && n.ownFraction() > 0
+}
+
+// reserveRaft serves a reservation through the leader: from the node's
+// leases, or one request per reservation.
+func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait time.Duration) (Reservation, error) {
 	if count == 1 && !n.cfg.DisableLeases {
 		return n.leases.reserve(ctx, key, maxWait)
 	}
@@ -419,6 +470,9 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 		if !retryable(err) {
 			n.countResult(err)
 			return Reservation{}, err
+		}
+		if n.inFallback() {
+			return Reservation{}, errModeChanged
 		}
 		lastErr = err
 		n.log.Debug("reserve: retrying", "key", key, "err", err)

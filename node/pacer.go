@@ -191,6 +191,13 @@ func (p *pacer) lead(gen uint64) bool {
 	return true
 }
 
+// sameGen reports whether no leadership change happened since gen.
+func (p *pacer) sameGen(gen uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen == gen
+}
+
 func (p *pacer) isLeading() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -2,7 +2,9 @@
 # The project's test command (README, `make test`, CI's .ci/run).
 # It checks formatting and vet, then runs every package's tests with the race
 # detector: fast in-process tests, fuzz seed corpora, and the real-process
-# suite in e2e/ (which builds the raftpace binary itself).
+# suite in e2e/ (which builds the raftpace binary itself). Before the tests it
+# finds or starts a PostgreSQL (scripts/postgres.sh) and exports
+# RAFTPACE_TEST_POSTGRES and RAFTPACE_PG_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +18,13 @@ fi
 
 echo "== go vet"
 go vet ./...
+
+# PostgreSQL for the tests that need one (internal/pgstore and anything that
+# reads RAFTPACE_TEST_POSTGRES or RAFTPACE_PG_BIN): the given URL, the server
+# on 127.0.0.1:5432, or a throwaway server stopped when this script exits.
+# See scripts/postgres.sh.
+source scripts/postgres.sh
+raftpace_postgres
 
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...

@@ -428,8 +428,7 @@ func (t *Transport) dial(ctx context.Context, addr string, stream byte, timeout 
 	defer stop()
 
 	t.stats.dials.Add(1)
-	var d net.Dialer
-	c, err := d.DialContext(dctx, "tcp", addr)
+	c, err := t.dialer().DialContext(dctx, "tcp", addr)
 	if err == nil {
 		if dl, ok := dctx.Deadline(); ok {
 			_ = c.SetWriteDeadline(dl)
@@ -520,4 +519,16 @@ func (t *Transport) Stats() Stats {
 	}
 	s.Rejected = s.RejectedStream + s.RejectedConns + s.RejectedFrame + s.RejectedHandshake
 	return s
+}
+
+// dialer connects from the listener's IP when it is a specific one (not
+// 0.0.0.0 or ::), so peers see a node's connections come from the address it
+// listens on: on a multi-homed host the cluster traffic stays on the
+// cluster's network, and a firewall rule on that address cuts both ways.
+func (t *Transport) dialer() *net.Dialer {
+	d := &net.Dialer{}
+	if a, ok := t.ln.Addr().(*net.TCPAddr); ok && !a.IP.IsUnspecified() {
+		d.LocalAddr = &net.TCPAddr{IP: a.IP}
+	}
+	return d
 }

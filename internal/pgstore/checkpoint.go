@@ -1,0 +1,178 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/raftpace/raftpace/fsm"
+)
+
+// Checkpoint is what the leader writes to Postgres periodically and on
+// every config change, and what a cluster started with empty data dirs
+// restores.
+type Checkpoint struct {
+	Limits  map[string]fsm.Limit
+	Members []fsm.Member
+	// Horizons holds, per key, how far ahead of the moment of writing (or,
+	// from LoadCheckpoint, of reading) the key's committed horizon lies.
+	// Each is in [0, fsm.MaxHorizonAhead].
+	Horizons map[string]time.Duration
+}
+
+// validate reports every problem with cp at once.
+func (cp Checkpoint) validate() error {
+	const op = "save checkpoint"
+	var errs []error
+	for _, key := range sortedKeys(cp.Limits) {
+		if err := fsm.ValidateKey(key); err != nil {
+			errs = append(errs, invalidErr(op+": Limits", err))
+			continue
+		}
+		if err := cp.Limits[key].Validate(); err != nil {
+			errs = append(errs, invalidErr(fmt.Sprintf("%s: Limits[%q]", op, key), err))
+		}
+	}
+	seen := make(map[string]bool, len(cp.Members))
+	for i, m := range cp.Members {
+		if err := m.Validate(); err != nil {
+			errs = append(errs, invalidErr(fmt.Sprintf("%s: Members[%d]", op, i), err))
+		}
+		if seen[m.ID] {
+			errs = append(errs, invalid(op, "Members[%d]: id %q appears more than once", i, m.ID))
+		}
+		seen[m.ID] = true
+	}
+	for _, key := range sortedKeys(cp.Horizons) {
+		if err := fsm.ValidateKey(key); err != nil {
+			errs = append(errs, invalidErr(op+": Horizons", err))
+			continue
+		}
+		if d := cp.Horizons[key]; d < 0 || d > fsm.MaxHorizonAhead {
+			errs = append(errs, invalid(op, "Horizons[%q] %v: must be in [0, %v] (fsm.MaxHorizonAhead)", key, d, fsm.MaxHorizonAhead))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SaveCheckpoint writes cp in one transaction. It replaces the cluster's
+// limits and members with cp's. For each horizon it stores
+// horizon_at = clock_timestamp() + ahead (ahead rounded up to the
+// microsecond), and never moves a stored horizon_at backwards: the stored
+// value becomes the later of the two. Horizons of keys not in cp are kept
+// while they lie in the future (a horizon only grows) and deleted once
+// they have passed (they carry no more information).
+//
+// Because ahead is measured by the caller before the statement runs, the
+// stored horizon lies later than the true one by the time the request took
+// to reach Postgres: it errs late, which is safe.
+func (s *Store) SaveCheckpoint(ctx context.Context, cp Checkpoint) error {
+	const op = "save checkpoint"
+	if err := cp.validate(); err != nil {
+		return err
+	}
+	lk := sortedKeys(cp.Limits)
+	lr := make([]float64, len(lk))
+	lb := make([]int32, len(lk))
+	for i, k := range lk {
+		lr[i], lb[i] = cp.Limits[k].Rate, int32(cp.Limits[k].Burst)
+	}
+	mi := make([]string, len(cp.Members))
+	ma := make([]string, len(cp.Members))
+	mf := make([]float64, len(cp.Members))
+	for i, m := range cp.Members {
+		mi[i], ma[i], mf[i] = m.ID, m.Addr, m.Fraction
+	}
+	hk := sortedKeys(cp.Horizons) // sorted: concurrent savers lock rows in one order
+	ha := make([]int64, len(hk))
+	for i, k := range hk {
+		ha[i] = ceilMicros(cp.Horizons[k])
+	}
+
+	c, cancel, err := s.begin(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	err = pgx.BeginFunc(c, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		cl := s.cfg.Cluster
+		b.Queue(s.q.deleteLimits, cl)
+		b.Queue(s.q.insertLimits, cl, lk, lr, lb)
+		b.Queue(s.q.deleteMembers, cl)
+		b.Queue(s.q.insertMembers, cl, mi, ma, mf)
+		b.Queue(s.q.pruneHorizons, cl, hk)
+		b.Queue(s.q.upsertHorizons, cl, hk, ha)
+		return tx.SendBatch(c, b).Close()
+	})
+	if err != nil {
+		return s.fail(ctx, op, err)
+	}
+	return nil
+}
+
+// LoadCheckpoint reads the cluster's checkpoint from one snapshot. found is
+// false when the cluster has no limit, member or horizon stored. The maps
+// are never nil; Members are sorted by ID.
+//
+// Horizons come back as GREATEST(horizon_at - clock_timestamp(), 0): how
+// far ahead of the moment of reading (on Postgres's clock) each lies. The
+// caller adds them to its own clock read after LoadCheckpoint returns, so
+// the horizon it restores lies later than the stored one by the time the
+// answer took to arrive: it errs late, which is safe.
+func (s *Store) LoadCheckpoint(ctx context.Context) (cp Checkpoint, found bool, err error) {
+	const op = "load checkpoint"
+	c, cancel, err := s.begin(ctx, op)
+	if err != nil {
+		return Checkpoint{}, false, err
+	}
+	defer cancel()
+	cp = Checkpoint{Limits: map[string]fsm.Limit{}, Horizons: map[string]time.Duration{}}
+	err = pgx.BeginTxFunc(c, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		cl := s.cfg.Cluster
+		rows, _ := tx.Query(c, s.q.loadLimits, cl)
+		var key string
+		var lim fsm.Limit
+		if _, err := pgx.ForEachRow(rows, []any{&key, &lim.Rate, &lim.Burst}, func() error {
+			cp.Limits[key] = lim
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, _ = tx.Query(c, s.q.loadMembers, cl)
+		var m fsm.Member
+		if _, err := pgx.ForEachRow(rows, []any{&m.ID, &m.Addr, &m.Fraction}, func() error {
+			cp.Members = append(cp.Members, m)
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, _ = tx.Query(c, s.q.loadHorizons, cl)
+		var ahead int64
+		_, err := pgx.ForEachRow(rows, []any{&key, &ahead}, func() error {
+			cp.Horizons[key] = time.Duration(ahead) * time.Microsecond
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return Checkpoint{}, false, s.fail(ctx, op, err)
+	}
+	sort.Slice(cp.Members, func(i, j int) bool { return cp.Members[i].ID < cp.Members[j].ID })
+	found = len(cp.Limits) > 0 || len(cp.Members) > 0 || len(cp.Horizons) > 0
+	return cp, found, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,83 @@
+// Package pgstore is raftpace's Postgres layer: the leader's checkpoint,
+// the bootstrap of a cluster from it, discovery of members' addresses, and
+// the Postgres-pooled fallback cursor (DESIGN.md sections 5 and 6).
+//
+// Postgres is optional for raftpace; where it is used, a *Store talks to
+// it through a small pool (at most 4 connections).
+//
+//	s, err := pgstore.Open(ctx, pgstore.Config{URL: url, Cluster: "prod"})
+//	// leader, periodically and on every config change:
+//	err = s.SaveCheckpoint(ctx, pgstore.Checkpoint{Limits: ..., Members: ..., Horizons: ...})
+//	// a cluster started with empty data dirs:
+//	cp, found, err := s.LoadCheckpoint(ctx)
+//	// a member in fallback that reaches Postgres:
+//	err = s.JoinPool(ctx, "node-1", 0.25, 2*time.Second)
+//	wait, err := s.ReservePooled(ctx, "google-images", lim, 1, 100*time.Millisecond)
+//
+// # Clock rules
+//
+// No host's wall clock is ever stored, sent or compared. Every time in the
+// tables is a timestamptz computed by Postgres with clock_timestamp() (the
+// real time of the statement, not of its transaction, which now() would
+// give). Between the node and Postgres only durations travel:
+//
+//   - A horizon goes in as "ahead" (how far past the moment of writing it
+//     lies) and is stored as clock_timestamp() + ahead; it comes out as
+//     GREATEST(horizon_at - clock_timestamp(), 0), which the caller adds to
+//     its own clock read after the call returns. Both directions err late:
+//     the time a request and its answer spend in flight only pushes the
+//     horizon further out, which is the safe side for a new leader.
+//   - A pool registration lasts ttl from the statement; the member measures
+//     its own deadline from before the call, so it stops first.
+//   - ReservePooled answers with a wait, measured by the caller from when the
+//     answer arrives (so it errs late by the answer's delay).
+//   - Discovery's maxAge is compared with updated_at on Postgres's clock.
+//
+// Postgres's resolution is one microsecond: durations go in rounded up to
+// the microsecond (ahead, ttl), and the pool's interval is rounded up, so
+// rounding never makes anything earlier or faster.
+//
+// # Tables
+//
+// Open creates the schema (Config.Schema, default "raftpace") and these
+// tables when missing, in one transaction under an advisory lock, so that
+// several nodes may start at once. Every row is scoped by cluster
+// (Config.Cluster), so several clusters can share a schema; a Store sees
+// only its own cluster's rows.
+//
+//	limits       (cluster, key, rate float8, burst int)           PK (cluster, key)
+//	             the cluster's limits; SaveCheckpoint replaces them
+//	members      (cluster, node_id, addr, fraction float8)        PK (cluster, node_id)
+//	             the raft members and their fallback fractions; replaced likewise
+//	horizons     (cluster, key, horizon_at timestamptz)           PK (cluster, key)
+//	             committed horizons; horizon_at only ever grows
+//	addresses    (cluster, node_id, raft_addr, gossip_addr,
+//	              updated_at timestamptz)                         PK (cluster, node_id)
+//	             published addresses for discovery
+//	pool_members (cluster, node_id, fraction float8,
+//	              expires_at timestamptz)                         PK (cluster, node_id)
+//	             registrations in the fallback pool
+//	pool_cursors (cluster, key, tat timestamptz)                  PK (cluster, key)
+//	             the pool's GCRA cursor (theoretical arrival time) per key
+//
+// # The pooled cursor
+//
+// Members in fallback that reach Postgres pool their fractions: for a key
+// with rate R and burst B the pool paces, on one cursor per key, at R*F,
+// where F is the sum of the fractions of unexpired registrations, with at
+// most max(1, floor(B*F)) events at once. ReservePooled is one statement;
+// concurrent reservations of one key serialise on the cursor's row, so any
+// window of length W holds at most R*F*W + max(1, floor(B*F)) of the pool's
+// slot starts (plus R*F times the delay between an answer and the use of
+// its slot). A refused reservation (wait beyond maxWait) changes nothing.
+// LeavePool tells the leaving member how long slots paced with its fraction
+// may still lie ahead.
+//
+// # Errors and timeouts
+//
+// Errors start with "pgstore: " and wrap one of the sentinels of errors.go.
+// Every call gets at most Config.StatementTimeout (also set as Postgres's
+// statement_timeout and lock_timeout); a Postgres that is down, unreachable
+// or too slow gives ErrUnavailable within that time, never a panic or a
+// hang. The error also wraps pgx's, for logs.
+package pgstore

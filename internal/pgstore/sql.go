@@ -1,0 +1,168 @@
+package pgstore
+
+import "strings"
+
+// tableNames are the tables Open creates; migrate skips the DDL when all exist.
+var tableNames = []string{"limits", "members", "horizons", "addresses", "pool_members", "pool_cursors"}
+
+// ddl creates the schema and tables. The CHECK constraints repeat the
+// validation this package does in Go, as a second line of defence for rows
+// written by anything else.
+const ddl = `
+CREATE SCHEMA IF NOT EXISTS {S};
+CREATE TABLE IF NOT EXISTS {S}.limits (
+	cluster    text             NOT NULL,
+	key        text             NOT NULL,
+	rate       double precision NOT NULL CHECK (rate > 0 AND rate < 'Infinity'),
+	burst      integer          NOT NULL CHECK (burst >= 1),
+	PRIMARY KEY (cluster, key)
+);
+CREATE TABLE IF NOT EXISTS {S}.members (
+	cluster    text             NOT NULL,
+	node_id    text             NOT NULL,
+	addr       text             NOT NULL,
+	fraction   double precision NOT NULL CHECK (fraction >= 0 AND fraction <= 1),
+	PRIMARY KEY (cluster, node_id)
+);
+CREATE TABLE IF NOT EXISTS {S}.horizons (
+	cluster    text        NOT NULL,
+	key        text        NOT NULL,
+	horizon_at timestamptz NOT NULL,
+	PRIMARY KEY (cluster, key)
+);
+CREATE TABLE IF NOT EXISTS {S}.addresses (
+	cluster     text        NOT NULL,
+	node_id     text        NOT NULL,
+	raft_addr   text        NOT NULL,
+	gossip_addr text        NOT NULL,
+	updated_at  timestamptz NOT NULL,
+	PRIMARY KEY (cluster, node_id)
+);
+CREATE TABLE IF NOT EXISTS {S}.pool_members (
+	cluster    text             NOT NULL,
+	node_id    text             NOT NULL,
+	fraction   double precision NOT NULL CHECK (fraction >= 0 AND fraction <= 1),
+	expires_at timestamptz      NOT NULL,
+	PRIMARY KEY (cluster, node_id)
+);
+CREATE TABLE IF NOT EXISTS {S}.pool_cursors (
+	cluster    text        NOT NULL,
+	key        text        NOT NULL,
+	tat        timestamptz NOT NULL,
+	PRIMARY KEY (cluster, key)
+);
+`
+
+// Microseconds are Postgres's time resolution: durations travel as bigint
+// microseconds and become intervals by multiplying "interval '1 microsecond'"
+// (exact below 2^53 µs, about 285 years).
+const us = `interval '1 microsecond'`
+
+// maxTolerance caps the pool's tolerance at 100 years in µs, so that
+// tat - tol stays within timestamptz's range (4713 BC) for any valid limit.
+const maxTolerance = "3155760000000000"
+
+// reservePooledSQL is the pool's one statement. Parameters:
+// $1 cluster, $2 key, $3 rate (float8), $4 burst (int8), $5 count (int8),
+// $6 maxWait (int8 µs).
+//
+//	m    the cluster's unexpired registrations, locked FOR KEY SHARE so that
+//	     LeavePool's DELETE waits for every reservation that counted them
+//	q    F, the interval iv (µs, rounded up), k = floor(B*F), the tolerance
+//	     tol = (k-1)*iv (0 when k = 0; capped at 100 years, which only
+//	     matters for absurd limits and only ever admits less), and whether
+//	     the request is valid
+//	up   the GCRA step as an upsert. Inserting a fresh cursor admits at
+//	     once. On conflict Postgres locks the row and evaluates SET and WHERE
+//	     on its latest committed version (so concurrent reservations of one
+//	     key serialise), with clock_timestamp() read after the lock: the
+//	     WHERE refuses (and nothing changes) when the start lies more than
+//	     maxWait ahead; RETURNING gives the new TAT and the time of the update.
+//
+// The start of an admitted reservation, max(now, oldTAT + (count-1)*iv - tol)
+// in GCRA's terms, is recovered from the new TAT alone: with now the clock
+// read in SET and t the later one in RETURNING,
+//
+//	start = max(min(t, newTAT - count*iv), newTAT - iv - tol)
+//
+// is exactly GCRA's start when the cursor was idle (oldTAT <= now, so
+// newTAT - count*iv = now) and otherwise GCRA's start or a moment later, up
+// to t: never earlier. The wait is start - t, at least 0.
+// For a refusal the wait is estimated from the cursor as the statement's
+// snapshot saw it.
+const reservePooledSQL = `
+WITH n AS (SELECT clock_timestamp() AS t),
+m AS (
+	SELECT pm.fraction FROM {S}.pool_members pm, n
+	WHERE pm.cluster = $1 AND pm.expires_at > n.t
+	FOR KEY SHARE OF pm
+),
+f AS (SELECT LEAST(COALESCE(sum(m.fraction), 0), 1)::float8 AS f FROM m),
+p AS (
+	SELECT f.f,
+		CASE WHEN f.f > 0 AND $3::float8 * f.f >= 1e-6 THEN ceil(1e6 / ($3::float8 * f.f))::int8 END AS iv,
+		floor($4::int8 * f.f)::int8 AS k
+	FROM f
+),
+q AS (
+	SELECT p.*, LEAST(GREATEST(p.k - 1, 0) * p.iv, {maxtol}) AS tol,
+		(p.iv IS NOT NULL AND $5::int8 <= GREATEST(p.k, 1)) AS valid
+	FROM p
+),
+up AS (
+	INSERT INTO {S}.pool_cursors AS c (cluster, key, tat)
+	SELECT $1, $2, clock_timestamp() + ($5::int8 * q.iv) * {us} FROM q WHERE q.valid
+	ON CONFLICT (cluster, key) DO UPDATE
+	SET tat = GREATEST(clock_timestamp(), c.tat) + (SELECT $5::int8 * q.iv FROM q) * {us}
+	WHERE (SELECT q.valid FROM q)
+		AND c.tat + (SELECT ($5::int8 - 1) * q.iv - q.tol FROM q) * {us} <= clock_timestamp() + $6::int8 * {us}
+	RETURNING c.tat, clock_timestamp() AS t
+),
+r AS (
+	SELECT q.*, up.tat AS new_tat,
+		GREATEST(LEAST(up.t, up.tat - ($5::int8 * q.iv) * {us}), up.tat - (q.iv + q.tol) * {us}) AS start,
+		up.t AS at
+	FROM q LEFT JOIN up ON true
+)
+SELECT r.f, r.k, r.iv IS NOT NULL, r.valid, r.new_tat IS NOT NULL,
+	COALESCE((EXTRACT(EPOCH FROM (r.start - r.at)) * 1000000)::int8, 0),
+	COALESCE((EXTRACT(EPOCH FROM r.start) * 1000000)::int8, 0),
+	COALESCE((SELECT (EXTRACT(EPOCH FROM (GREATEST(n.t, c.tat + (($5::int8 - 1) * r.iv - r.tol) * {us}) - n.t)) * 1000000)::int8
+		FROM {S}.pool_cursors c WHERE c.cluster = $1 AND c.key = $2), 0)
+FROM r, n
+`
+
+// newQueries substitutes the schema into every statement.
+func newQueries(schema string) queries {
+	r := strings.NewReplacer("{S}", `"`+schema+`"`, "{us}", us, "{maxtol}", maxTolerance)
+	return queries{
+		ddl:           r.Replace(ddl),
+		reservePooled: r.Replace(reservePooledSQL),
+
+		deleteLimits:   r.Replace(`DELETE FROM {S}.limits WHERE cluster = $1`),
+		insertLimits:   r.Replace(`INSERT INTO {S}.limits (cluster, key, rate, burst) SELECT $1, k, r, b FROM unnest($2::text[], $3::float8[], $4::int4[]) AS u(k, r, b)`),
+		deleteMembers:  r.Replace(`DELETE FROM {S}.members WHERE cluster = $1`),
+		insertMembers:  r.Replace(`INSERT INTO {S}.members (cluster, node_id, addr, fraction) SELECT $1, i, a, f FROM unnest($2::text[], $3::text[], $4::float8[]) AS u(i, a, f)`),
+		pruneHorizons:  r.Replace(`DELETE FROM {S}.horizons WHERE cluster = $1 AND horizon_at < clock_timestamp() AND NOT (key = ANY($2::text[]))`),
+		upsertHorizons: r.Replace(`INSERT INTO {S}.horizons AS h (cluster, key, horizon_at) SELECT $1, k, clock_timestamp() + a * {us} FROM unnest($2::text[], $3::int8[]) AS u(k, a) ON CONFLICT (cluster, key) DO UPDATE SET horizon_at = GREATEST(h.horizon_at, EXCLUDED.horizon_at)`),
+		loadLimits:     r.Replace(`SELECT key, rate, burst FROM {S}.limits WHERE cluster = $1`),
+		loadMembers:    r.Replace(`SELECT node_id, addr, fraction FROM {S}.members WHERE cluster = $1`),
+		loadHorizons:   r.Replace(`SELECT key, (EXTRACT(EPOCH FROM GREATEST(horizon_at - clock_timestamp(), interval '0')) * 1000000)::int8 FROM {S}.horizons WHERE cluster = $1`),
+
+		publish:  r.Replace(`INSERT INTO {S}.addresses AS a (cluster, node_id, raft_addr, gossip_addr, updated_at) VALUES ($1, $2, $3, $4, clock_timestamp()) ON CONFLICT (cluster, node_id) DO UPDATE SET raft_addr = EXCLUDED.raft_addr, gossip_addr = EXCLUDED.gossip_addr, updated_at = EXCLUDED.updated_at`),
+		discover: r.Replace(`SELECT gossip_addr FROM {S}.addresses WHERE cluster = $1 AND updated_at >= clock_timestamp() - $2::int8 * {us} ORDER BY updated_at DESC, node_id`),
+		forget:   r.Replace(`DELETE FROM {S}.addresses WHERE cluster = $1 AND node_id = $2`),
+
+		joinPool:  r.Replace(`INSERT INTO {S}.pool_members AS p (cluster, node_id, fraction, expires_at) VALUES ($1, $2, $3, clock_timestamp() + $4::int8 * {us}) ON CONFLICT (cluster, node_id) DO UPDATE SET fraction = EXCLUDED.fraction, expires_at = EXCLUDED.expires_at`),
+		leavePool: r.Replace(`DELETE FROM {S}.pool_members WHERE cluster = $1 AND node_id = $2`),
+		poolBusy:  r.Replace(`SELECT COALESCE((EXTRACT(EPOCH FROM GREATEST(max(tat) - clock_timestamp(), interval '0')) * 1000000)::int8, 0) FROM {S}.pool_cursors WHERE cluster = $1`),
+	}
+}
+
+type queries struct {
+	ddl, reservePooled                                       string
+	deleteLimits, insertLimits, deleteMembers, insertMembers string
+	pruneHorizons, upsertHorizons                            string
+	loadLimits, loadMembers, loadHorizons                    string
+	publish, discover, forget, joinPool, leavePool, poolBusy string
+}
