@@ -4,7 +4,7 @@ LDFLAGS := -X main.version=$(VERSION)
 GO      ?= go
 FUZZTIME ?= 15s
 
-.PHONY: help build test test-short demo bench fuzz lint tidy clean
+.PHONY: help build test test-short demo bench bench-quick bench-micro fuzz lint tidy clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -21,8 +21,14 @@ test-short: ## the fast in-process tests only (no real-process suite)
 demo: ## a local 3-node cluster under load for 20 s, no setup needed
 	$(GO) run ./cmd/raftpace demo
 
-bench: ## micro-benchmarks of the hot paths
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/gcra/ ./transport/ ./fsm/ ./node/
+bench: ## raftpace side by side with Postgres, Redis, x/time/rate, gubernator (~7 min; bench/README.md)
+	$(GO) run ./cmd/raftpace bench
+
+bench-quick: ## the side-by-side bench, quick mode (under a minute)
+	$(GO) run ./cmd/raftpace bench --quick
+
+bench-micro: ## micro-benchmarks of the hot paths (go test -bench)
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/gcra/ ./transport/ ./fsm/ ./node/ ./bench/
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@set -e; for pkg in $$($(GO) list ./...); do \

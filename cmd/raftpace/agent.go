@@ -16,7 +16,6 @@ import (
 
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/admin"
-	"github.com/raftpace/raftpace/internal/timeline"
 	"github.com/raftpace/raftpace/node"
 )
 
@@ -45,7 +44,13 @@ CONCURRENCY goroutines (default 1) calling Wait(KEY) in a loop once a
 leader is known, and appends each admitted event to --timeline as
 "unix_nanos node_id key". They wait (retrying every 100ms) while no limit
 is set for KEY. The concurrency is the number after the key's last ':';
-write KEY:1 for a key that itself ends in ':NUMBER'.`
+write KEY:1 for a key that itself ends in ':NUMBER'.
+
+For benchmarks (raftpace bench): --load-rate R makes the load open-loop
+(R arrivals per second per key, shed when the workers cannot keep up or the
+wait would pass --load-max-wait), --load-duration stops it, --load-report
+writes the latency of each reservation call and the admitted and shed
+counts at exit, and --timeline-buffer appends the timeline in batches.`
 
 // agentConfig is the agent's command line.
 type agentConfig struct {
@@ -61,18 +66,23 @@ type agentConfig struct {
 	raftTiming               string
 	logFormat, logLevel      string
 	readyFile                string
-	load                     listFlag
-	loadMode                 string
-	timeline                 string
-	noLeases                 bool
-	leaseSpan, useGrace      time.Duration
-	unsafeFreshStart         bool
-	unsafeSpendExpired       bool
+	loadFlags
+	loadMode            string
+	noLeases            bool
+	leaseSpan, useGrace time.Duration
+	unsafeFreshStart    bool
+	unsafeSpendExpired  bool
+	unsafeFallbackFull  bool
+	shareTTL            time.Duration
+	postgresURL         string
+	postgresSchema      string
+	fallbackFor         time.Duration
+	reapMargin          time.Duration
 }
 
 func agentFlags() (*flags, *agentConfig) {
 	f := newFlags("agent", "--data-dir DIR [flags]", agentAbout)
-	a := &agentConfig{join: listFlag{sep: ","}, load: listFlag{}}
+	a := &agentConfig{join: listFlag{sep: ","}}
 	f.StringVar(&a.nodeID, "node-id", "", "this node's `ID`, unique and stable across restarts (default: the host name)")
 	f.StringVar(&a.dataDir, "data-dir", "", "`DIR` for the raft log, stable store and snapshots (required)")
 	f.StringVar(&a.bind, "bind", "127.0.0.1:7400", "`HOST:PORT` for raft and RPC between nodes (port 0: any free port)")
@@ -89,17 +99,24 @@ func agentFlags() (*flags, *agentConfig) {
 	f.StringVar(&a.logFormat, "log-format", "text", "log `FORMAT`: text or json")
 	f.StringVar(&a.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	f.StringVar(&a.readyFile, "ready-file", "", "write the bound addresses as JSON to `PATH` once ready")
-	f.Var(&a.load, "load", "generate load: `KEY[:CONCURRENCY]` goroutines calling Wait(KEY) in a loop\n(tests and demos; may repeat; in RAFTPACE_LOAD separate with spaces)")
 	f.StringVar(&a.loadMode, "load-mode", "raft", "how --load paces, `MODE` raft (ask the cluster: the real thing) or solo:\nTEST/DEMONSTRATION MODE with coordination turned off: each key is paced\nby a local GCRA at its full replicated rate and burst, never asking the\nleader, so N agents admit about N times the rate (shows a ceiling test can fail)")
-	f.StringVar(&a.timeline, "timeline", "", "append each admitted --load event to `FILE` (\"unix_nanos node_id key\" lines)")
 	f.BoolVar(&a.noLeases, "no-leases", false, "ask the leader for every reservation instead of serving them from leased runs of slots")
 	f.DurationVar(&a.leaseSpan, "lease-span", 20*time.Millisecond, "the most time one lease covers at a key's full rate (`DURATION`)")
 	f.DurationVar(&a.useGrace, "use-grace", 50*time.Millisecond, "how late after its time a granted slot may still be used (`DURATION`);\nthe delta of the ceiling R*W+B+R*delta")
+	f.StringVar(&a.postgresURL, "postgres", "", "PostgreSQL `URL` for the checkpoint, bootstrap of empty data dirs, discovery\n(without --join) and the pooled fallback; optional; never logged")
+	f.StringVar(&a.postgresSchema, "postgres-schema", "raftpace", "`SCHEMA` for raftpace's tables in --postgres (created on first use)")
+	f.DurationVar(&a.shareTTL, "share-ttl", 2*time.Second, "how long a member's promise to the leader lasts (`DURATION`); a member not\nrenewed for this long paces itself at its fallback fraction")
+	f.DurationVar(&a.fallbackFor, "fallback-for", 60*time.Second, "how long a member may pace in fallback before it stops admitting (`DURATION`)")
+	f.DurationVar(&a.reapMargin, "reap-margin", 10*time.Second, "the leader reaps a member not heard from for share-ttl + fallback-for + this (`DURATION`)")
+	f.BoolVar(&a.unsafeFallbackFull, "unsafe-fallback-full-rate", false, "UNSAFE, TESTS ONLY: fallback paces at the full rate, not the node's fraction (breaks the ceiling)")
 	f.BoolVar(&a.unsafeFreshStart, "unsafe-fresh-start", false, "UNSAFE, TESTS ONLY: a new leader ignores inherited horizons (breaks the ceiling)")
 	f.BoolVar(&a.unsafeSpendExpired, "unsafe-spend-expired", false, "UNSAFE, TESTS ONLY: leased slots are spent after their use-by (breaks the ceiling)")
 	f.withEnv("node-id", "data-dir", "bind", "advertise", "gossip-bind", "gossip-advertise", "bootstrap-expect",
 		"join", "http", "cluster-name", "voters", "horizon-ahead", "raft-timing", "log-format", "log-level",
-		"ready-file", "load", "load-mode", "timeline", "no-leases", "lease-span", "use-grace")
+		"ready-file", "load-mode", "no-leases", "lease-span", "use-grace",
+		"share-ttl", "fallback-for", "reap-margin", "postgres", "postgres-schema")
+	f.env["postgres"] = "RAFTPACE_POSTGRES_URL" // the name operators know from libpq-style setups
+	a.loadFlags.register(f, true)
 	return f, a
 }
 
@@ -227,26 +244,9 @@ func (a *agentConfig) validate() (node.Config, []loadSpec, error) {
 	if _, err := parseLevel(a.logLevel); err != nil {
 		bad(err)
 	}
-	var specs []loadSpec
-	seen := map[string]bool{}
-	for _, v := range a.load.items {
-		s, err := parseLoad(v)
-		if err != nil {
-			bad(err)
-			continue
-		}
-		if seen[s.key] {
-			bad(fmt.Errorf("--load %q: key %q given twice", v, s.key))
-			continue
-		}
-		seen[s.key] = true
-		specs = append(specs, s)
-	}
+	specs := a.loadFlags.validate(bad)
 	if a.loadMode != "raft" && a.loadMode != "solo" {
 		bad(fmt.Errorf("--load-mode %q: must be raft or solo", a.loadMode))
-	}
-	if a.timeline != "" && len(a.load.items) == 0 {
-		bad(errors.New("--timeline: only meaningful with --load"))
 	}
 	if len(problems) > 0 {
 		return node.Config{}, nil, &configError{problems: problems}
@@ -267,7 +267,16 @@ func (a *agentConfig) validate() (node.Config, []loadSpec, error) {
 		DisableLeases:       a.noLeases,
 		LeaseSpan:           a.leaseSpan,
 		UseGrace:            a.useGrace,
-		Unsafe:              node.Unsafe{FreshStart: a.unsafeFreshStart, SpendExpired: a.unsafeSpendExpired},
+		ShareTTL:            a.shareTTL,
+		PostgresURL:         a.postgresURL,
+		PostgresSchema:      a.postgresSchema,
+		FallbackFor:         a.fallbackFor,
+		ReapMargin:          a.reapMargin,
+		Unsafe: node.Unsafe{
+			FreshStart:       a.unsafeFreshStart,
+			SpendExpired:     a.unsafeSpendExpired,
+			FallbackFullRate: a.unsafeFallbackFull,
+		},
 	}, specs, nil
 }
 
@@ -372,11 +381,11 @@ func (c *cli) agent(name string, args []string) error {
 			return fmt.Errorf("agent: --ready-file: %w", err)
 		}
 	}
-	var tl *timeline.Writer
-	if a.timeline != "" {
-		if tl, err = timeline.NewWriter(a.timeline, cfg.NodeID); err != nil {
-			return fmt.Errorf("agent: --timeline: %w", err)
-		}
+	tl, err := a.openTimeline(cfg.NodeID)
+	if err != nil {
+		return fmt.Errorf("agent: --timeline: %w", err)
+	}
+	if tl != nil {
 		defer tl.Close()
 	}
 	var ln net.Listener
@@ -425,13 +434,14 @@ func (c *cli) agent(name string, args []string) error {
 
 	loadCtx, stopLoad := context.WithCancel(c.ctx)
 	defer stopLoad()
-	waitLoad := func() {}
+	var load *loadRun
 	if len(specs) > 0 {
 		var rec recorder = countOnly{}
 		if tl != nil {
 			rec = tl
 		}
-		waitLoad = startLoad(loadCtx, n, specs, a.loadMode, rec, log)
+		opts := a.options(cfg.UseGrace, cfg.NodeID, log)
+		load = runLoad(loadCtx, nodeTarget(n, a.loadMode, cfg.UseGrace), specs, opts, rec, log.With("load_mode", a.loadMode))
 	}
 
 	var result error
@@ -450,7 +460,13 @@ func (c *cli) agent(name string, args []string) error {
 		result = fmt.Errorf("agent: admin API: %w", err)
 	}
 	stopLoad()
-	waitLoad()
+	if load != nil {
+		load.wait()
+		if err := a.writeReport(load, cfg.NodeID); err != nil {
+			log.Error("writing the load report", "err", err)
+			result = errors.Join(result, fmt.Errorf("agent: --load-report: %w", err))
+		}
+	}
 	if tl != nil {
 		if err := tl.Close(); err != nil {
 			log.Error("closing timeline", "err", err)

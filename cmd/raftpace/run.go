@@ -31,6 +31,8 @@ Operator (talks to an agent's admin API at --addr, default 127.0.0.1:7402):
 
 Tools:
   check     check timeline files against a limit's ceiling R*W+B
+  bench     raftpace side by side with Postgres, Redis, x/time/rate and
+            gubernator on this machine: latency, throughput, ceilings
   version   print the version
   help      print help: raftpace help COMMAND, or raftpace COMMAND -h
 
@@ -63,7 +65,10 @@ var commands = []command{
 	{"join", (*cli).join},
 	{"leave", (*cli).leave},
 	{"check", (*cli).check},
+	{"bench", (*cli).bench},
 	{"version", (*cli).version},
+	// Not listed in the help: the worker process raftpace bench starts.
+	{"bench-worker", (*cli).benchWorker},
 }
 
 // cli carries what every command needs; tests build one with a fake

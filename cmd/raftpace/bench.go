@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/raftpace/raftpace/bench"
+	"github.com/raftpace/raftpace/client"
+	"github.com/raftpace/raftpace/fsm"
+)
+
+const benchAbout = `Runs raftpace side by side with the designs it replaces, on this machine and
+in one run, and prints a Markdown table of each figure with its ratio to
+raftpace's:
+
+  raftpace      3 agent processes on loopback: callers on the leader and on a
+                follower, with leases and with --no-leases
+  postgres      one upsert-and-return statement per reservation, one
+                connection per process shared behind a mutex (--postgres)
+  redis         a GCRA Lua script, as go-redis/redis_rate (--redis)
+  xrate         golang.org/x/time/rate in one process: no coordination at all
+  gubernator    gubernator v2, GLOBAL behaviour, 3 instances (built from
+                bench/gubernator with the go command)
+  loopback      not a pacer: one bare TCP round trip per reservation, the
+                floor of any design that asks another process
+
+For each: reservation latency p50/p99 with 1 and 16 callers and
+reservations/s at an unlimited rate; then ceilings of 7, 1,000 and 100,000
+per second (burst 1) with demand at 3x the ceiling from 3 processes: the
+admitted rate as % of the ceiling and the worst window against R*W+B+R*50ms.
+An approach whose server does not answer is skipped with the reason.
+
+Progress goes to stderr. --out DIR gets report.md, report.json and
+chart.svg (admitted rate over time per approach and ceiling). --quick
+finishes in under a minute (shorter runs, the 1,000/s ceiling only). See
+bench/README.md.`
+
+func (c *cli) bench(name string, args []string) error {
+	f := newFlags("bench", "[--quick] [--json] [--out DIR] [flags]", benchAbout)
+	quick := f.Bool("quick", false, "shorter runs and fewer configurations (under a minute)")
+	asJSON := f.Bool("json", false, "print the report as JSON instead of Markdown")
+	out := f.String("out", "bench-out", "write report.md, report.json and chart.svg to `DIR` (\"\": don't)")
+	pg := f.String("postgres", "", "Postgres `URL` for the Postgres pacer (default: RAFTPACE_BENCH_POSTGRES, or\n"+bench.DefaultPostgresURL+")")
+	redis := f.String("redis", bench.DefaultRedisAddr, "`HOST:PORT` of the Redis server for the Redis GCRA script")
+	only := f.String("only", "", "run only these approaches: `LIST` of "+strings.Join(bench.Approaches, ","))
+	gub := f.String("gubernator-src", "", "`DIR` of the bench/gubernator module (default: found from the working directory)")
+	ceilings := f.String("ceilings", "", "measure these ceilings, `LIST` of events/s (default 7,1000,100000; --quick: 1000)")
+	keep := f.Bool("keep", false, "keep the working directory (agents' logs, timelines, load reports)")
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	if err := f.noArgs(pos); err != nil {
+		return err
+	}
+	var names []string
+	for _, n := range strings.Split(*only, ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
+		}
+		if !bench.IsApproach(n) {
+			return f.usageError("--only %q: unknown approach %q (choose from %s)", *only, n, strings.Join(bench.Approaches, ","))
+		}
+		names = append(names, n)
+	}
+	var rates []float64
+	for _, v := range strings.Split(*ceilings, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(r > 0) || math.IsInf(r, 0) || r > 1e7 {
+			return f.usageError("--ceilings %q: %q is not a rate (events/s, above 0, at most 1e7)", *ceilings, v)
+		}
+		rates = append(rates, r)
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench: finding the raftpace executable: %w", err)
+	}
+	pgURL := *pg
+	if pgURL == "" {
+		pgURL = bench.PostgresURL()
+	}
+	rep, err := bench.Run(c.ctx, bench.Config{
+		Binary:        bin,
+		Quick:         *quick,
+		Only:          names,
+		PostgresURL:   pgURL,
+		RedisAddr:     *redis,
+		GubernatorDir: *gub,
+		Ceilings:      rates,
+		Keep:          *keep,
+		Progress:      c.stderr,
+	})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	rep.Command = "raftpace " + strings.Join(append([]string{name}, args...), " ")
+	if *out != "" {
+		if err := rep.WriteFiles(*out); err != nil {
+			return fmt.Errorf("bench: --out: %w", err)
+		}
+		fmt.Fprintf(c.stderr, "wrote %s, %s and %s\n", filepath.Join(*out, "report.md"),
+			filepath.Join(*out, "report.json"), filepath.Join(*out, "chart.svg"))
+	}
+	if *asJSON {
+		return printJSON(c.stdout, rep)
+	}
+	_, err = fmt.Fprint(c.stdout, rep.Markdown())
+	return err
+}
+
+const benchWorkerAbout = `Runs one approach's pacer in this process with the load generator of the
+agent's worker mode (--load, --load-rate, --timeline, --load-report ...),
+until every key's --load-duration has passed or a signal comes. Used by
+raftpace bench; not a command for operators.`
+
+func (c *cli) benchWorker(name string, args []string) error {
+	f := newFlags("bench-worker", "--pacer NAME --rate R --load KEY[:N] [flags]", benchWorkerAbout)
+	var lf loadFlags
+	lf.register(f, false)
+	pacer := f.String("pacer", "", "`NAME`: postgres, redis, xrate, gubernator or loopback")
+	rateS := f.String("rate", "", "the limit's rate `R` (events/s) for every key")
+	burst := f.Int("burst", 1, "the limit's burst `B`")
+	nodeID := f.String("node-id", "w1", "`ID` written in the timeline")
+	pgURL := f.String("postgres", bench.DefaultPostgresURL, "Postgres `URL`")
+	redis := f.String("redis", bench.DefaultRedisAddr, "Redis `HOST:PORT`")
+	gub := f.String("gubernator", "", "`HOST:PORT` of a gubernator instance's HTTP API")
+	echo := f.String("loopback", "", "`HOST:PORT` of an echo server (--pacer loopback: one round trip per reservation)")
+	grace := f.Duration("use-grace", bench.DefaultGrace, "how late after its time a slot may be used (`DURATION`)")
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	if err := f.noArgs(pos); err != nil {
+		return err
+	}
+	r, err := f.rate(*rateS)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	bad := func(err error) { problems = append(problems, err.Error()) }
+	specs := lf.validate(bad)
+	if len(specs) == 0 {
+		bad(errors.New("--load: required"))
+	}
+	if err := fsm.ValidateID(*nodeID); err != nil {
+		bad(fmt.Errorf("--node-id: %w", err))
+	}
+	lim := client.Limit{Rate: r, Burst: *burst}
+	if err := lim.Validate(); err != nil {
+		bad(fmt.Errorf("--rate/--burst: %w", err))
+	}
+	if len(problems) > 0 {
+		return &usageError{cmd: name, msg: strings.Join(problems, "\n"), usage: f.usage()}
+	}
+
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	var p interface {
+		reserver
+		Close() error
+	}
+	switch *pacer {
+	case "xrate":
+		p, err = bench.NewXRate(lim, *grace)
+	case "postgres":
+		p, err = bench.ConnectPostgres(ctx, *pgURL, lim, *grace)
+	case "redis":
+		p, err = bench.ConnectRedis(ctx, *redis, lim, *grace)
+	case "gubernator":
+		if *gub == "" {
+			return f.usageError("--gubernator: required with --pacer gubernator")
+		}
+		p, err = bench.NewGubernator(*gub, lim, specs[0].concurrency, *grace)
+	case "loopback":
+		if *echo == "" {
+			return f.usageError("--loopback: required with --pacer loopback")
+		}
+		p, err = bench.DialLoopback(ctx, *echo, *grace)
+	default:
+		return f.usageError("--pacer %q: must be postgres, redis, xrate, gubernator or loopback", *pacer)
+	}
+	if err != nil {
+		return fmt.Errorf("bench-worker: %w", err)
+	}
+	defer p.Close()
+
+	tl, err := lf.openTimeline(*nodeID)
+	if err != nil {
+		return fmt.Errorf("bench-worker: --timeline: %w", err)
+	}
+	var rec recorder = countOnly{}
+	if tl != nil {
+		defer tl.Close()
+		rec = tl
+	}
+	h := slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})
+	log := slog.New(h).With("component", "bench-worker", "pacer", *pacer)
+	loadCtx, stop := context.WithCancel(c.ctx)
+	defer stop()
+	run := runLoad(loadCtx, loadTarget{res: p}, specs, lf.options(*grace, *nodeID, log), rec, log)
+	select {
+	case <-run.done:
+	case <-c.ctx.Done():
+		stop()
+		run.wait()
+	}
+	var result error
+	if tl != nil {
+		result = tl.Close()
+	}
+	if err := lf.writeReport(run, *nodeID); err != nil {
+		result = errors.Join(result, fmt.Errorf("bench-worker: --load-report: %w", err))
+	}
+	return result
+}
