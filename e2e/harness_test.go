@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,21 +26,35 @@ import (
 // binary is the raftpace executable built for this test run.
 var binary string
 
+// TestMain builds the binary (or, when RAFTPACE_E2E_BINARY names one,
+// uses that: for iterating on the tests against a fixed build), runs the
+// tests and prints the chaos suite's summary table.
 func TestMain(m *testing.M) {
+	if os.Getenv(probeEnv) != "" {
+		os.Exit(partitionProbe())
+	}
 	dir, err := os.MkdirTemp("", "raftpace-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "raftpace")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/raftpace")
-	build.Dir = ".."
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: building raftpace:", err)
-		os.Exit(1)
+	if prebuilt := os.Getenv("RAFTPACE_E2E_BINARY"); prebuilt != "" {
+		if binary, err = filepath.Abs(prebuilt); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: RAFTPACE_E2E_BINARY:", err)
+			os.Exit(1)
+		}
+	} else {
+		binary = filepath.Join(dir, "raftpace")
+		build := exec.Command("go", "build", "-o", binary, "./cmd/raftpace")
+		build.Dir = ".."
+		build.Stdout, build.Stderr = os.Stdout, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: building raftpace:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
+	printChaosSummary(os.Stdout)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -60,8 +75,9 @@ type agent struct {
 	dataDir  string
 	timeline string
 	logPath  string
+	netns    string   // network namespace the agent and its CLI run in; "" is the host's
 	args     []string // extra flags, kept across restarts
-	addrs    ready    // fixed after the first start: restarts reuse them
+	addrs    ready    // fixed after the first start (or preset): restarts reuse them
 	cmd      *exec.Cmd
 	done     chan struct{}
 	exitErr  error
@@ -71,7 +87,33 @@ type agent struct {
 type cluster struct {
 	t      *testing.T
 	dir    string
+	netns  string // see agent.netns
 	agents []*agent
+}
+
+// newAgent adds an agent (not started) with its files in c.dir.
+func (c *cluster) newAgent(id string, args []string) *agent {
+	a := &agent{
+		t:        c.t,
+		id:       id,
+		dataDir:  filepath.Join(c.dir, id, "data"),
+		timeline: filepath.Join(c.dir, id+".timeline"),
+		logPath:  filepath.Join(c.dir, id+".log"),
+		netns:    c.netns,
+		args:     args,
+	}
+	c.agents = append(c.agents, a)
+	return a
+}
+
+// agent returns the agent with the given id, or nil.
+func (c *cluster) agent(id string) *agent {
+	for _, a := range c.agents {
+		if a.id == id {
+			return a
+		}
+	}
+	return nil
 }
 
 // agentOpts configure the agents of a cluster.
@@ -87,14 +129,7 @@ func startCluster(t *testing.T, size int, o agentOpts) *cluster {
 	t.Helper()
 	c := &cluster{t: t, dir: t.TempDir()}
 	for i := 0; i < size; i++ {
-		id := fmt.Sprintf("n%d", i+1)
-		a := &agent{
-			t:        t,
-			id:       id,
-			dataDir:  filepath.Join(c.dir, id, "data"),
-			timeline: filepath.Join(c.dir, id+".timeline"),
-			logPath:  filepath.Join(c.dir, id+".log"),
-		}
+		a := c.newAgent(fmt.Sprintf("n%d", i+1), nil)
 		a.args = []string{"--bootstrap-expect", fmt.Sprint(size), "--log-format", "json", "--log-level", "debug"}
 		for _, l := range o.loads {
 			a.args = append(a.args, "--load", l)
@@ -111,7 +146,6 @@ func startCluster(t *testing.T, size int, o agentOpts) *cluster {
 			join = []string{c.agents[0].addrs.GossipAddr}
 		}
 		a.start(join)
-		c.agents = append(c.agents, a)
 	}
 	t.Cleanup(c.stopAll)
 	c.waitLeader(30 * time.Second)
@@ -139,9 +173,8 @@ func (a *agent) start(join []string) {
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	cmd := exec.Command(binary, args...)
+	cmd := a.command(context.Background(), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = cleanEnv()
 	if err := cmd.Start(); err != nil {
 		a.t.Fatalf("start %s: %v", a.id, err)
 	}
@@ -161,6 +194,12 @@ func (a *agent) start(join []string) {
 			if err := json.Unmarshal(b, &r); err != nil {
 				a.t.Fatalf("%s: ready file: %v", a.id, err)
 			}
+			// In a namespace the process is `ip netns exec NS raftpace`,
+			// which execs the agent in place: the PID we signal must be
+			// the agent's own.
+			if r.PID != 0 && r.PID != cmd.Process.Pid {
+				a.t.Fatalf("%s: agent reports pid %d, the test started pid %d: signals would miss it", a.id, r.PID, cmd.Process.Pid)
+			}
 			a.addrs = r
 			return
 		}
@@ -174,6 +213,19 @@ func (a *agent) start(join []string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// command returns the raftpace binary with args, run inside the agent's
+// network namespace if it has one.
+func (a *agent) command(ctx context.Context, args ...string) *exec.Cmd {
+	var cmd *exec.Cmd
+	if a.netns != "" {
+		cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", a.netns, binary}, args...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, binary, args...)
+	}
+	cmd.Env = cleanEnv()
+	return cmd
 }
 
 // cleanEnv drops RAFTPACE_* variables of the developer's shell.
@@ -214,6 +266,7 @@ func (a *agent) stop() {
 	if !a.running() {
 		return
 	}
+	a.cmd.Process.Signal(syscall.SIGCONT) // in case a test paused it
 	a.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-a.done:
@@ -264,8 +317,7 @@ func (a *agent) cli(args ...string) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	full := append([]string{args[0], "--addr", a.addrs.HTTPAddr}, args[1:]...)
-	cmd := exec.CommandContext(ctx, binary, full...)
-	cmd.Env = cleanEnv()
+	cmd := a.command(ctx, full...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -288,13 +340,33 @@ func (a *agent) mustCLI(args ...string) string {
 	return out
 }
 
+// statusDoc is what `raftpace status --json` prints (node.Status), in part.
 type statusDoc struct {
-	Leader  string `json:"leader"`
-	Members []struct {
-		ID     string `json:"id"`
-		Role   string `json:"role"`
-		Health string `json:"health"`
-	} `json:"members"`
+	ID           string         `json:"id"`
+	State        string         `json:"state"`
+	Leader       string         `json:"leader"`
+	Granting     bool           `json:"granting"`
+	Mode         string         `json:"mode"`
+	Fraction     float64        `json:"fraction"`
+	HeldFraction float64        `json:"held_fraction"`
+	Members      []memberStatus `json:"members"`
+	Limits       []limitStatus  `json:"limits"`
+	Stats        map[string]int `json:"stats"`
+}
+
+type limitStatus struct {
+	Key       string        `json:"key"`
+	HorizonIn time.Duration `json:"horizon_in_ns"` // leader only
+	Backlog   time.Duration `json:"backlog_ns"`    // leader only: TAT - now
+}
+
+type memberStatus struct {
+	ID        string  `json:"id"`
+	Role      string  `json:"role"`
+	Health    string  `json:"health"`
+	Fraction  float64 `json:"fraction"`
+	ShareHeld bool    `json:"share_held"`
+	Leader    bool    `json:"leader"`
 }
 
 func (a *agent) status() (statusDoc, error) {
@@ -359,4 +431,34 @@ const useGrace = 50 * time.Millisecond
 
 func windows() []time.Duration {
 	return []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second}
+}
+
+// series is one key's admitted events in time order (unix nanoseconds):
+// the admitted rate over any interval, for utilisation and recovery.
+type series []int64
+
+func keySeries(evs []timeline.Event, key string) series {
+	var s series
+	for _, e := range evs {
+		if e.Key == key {
+			s = append(s, e.At)
+		}
+	}
+	slices.Sort(s)
+	return s
+}
+
+// count is the number of events in [from, to).
+func (s series) count(from, to time.Time) int {
+	lo, _ := slices.BinarySearch(s, from.UnixNano())
+	hi, _ := slices.BinarySearch(s, to.UnixNano())
+	return max(0, hi-lo)
+}
+
+// rate is the admitted rate in events per second between from and to.
+func (s series) rate(from, to time.Time) float64 {
+	if !to.After(from) {
+		return 0
+	}
+	return float64(s.count(from, to)) / to.Sub(from).Seconds()
 }

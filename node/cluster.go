@@ -43,6 +43,8 @@ type gossip struct {
 	// rejoin is honoured).
 	departed map[string]bool
 	kick     chan struct{}
+	// lastRejoin is when rejoinFailed last ran (reconcile goroutine only).
+	lastRejoin time.Time
 }
 
 type gossipMember struct {
@@ -348,6 +350,7 @@ func (n *Node) reconcileLoop() {
 		if leaderKnown(n.raft) {
 			n.gossip.markBootstrapped()
 		}
+		n.rejoinFailed()
 		if !n.pacer.isLeading() {
 			continue
 		}
@@ -355,6 +358,40 @@ func (n *Node) reconcileLoop() {
 			n.log.Warn("reconcile membership", "err", err)
 		}
 	}
+}
+
+// rejoinFailed contacts, every few seconds, raft members that gossip
+// reports failed: after a partition heals memberlist would otherwise only
+// notice at its next full state sync (30s), and status would show healthy
+// members as failed until then.
+func (n *Node) rejoinFailed() {
+	if time.Since(n.gossip.lastRejoin) < 3*time.Second {
+		return
+	}
+	n.gossip.lastRejoin = time.Now()
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	members := n.gossip.snapshot()
+	var addrs []string
+	for _, s := range f.Configuration().Servers {
+		if m, ok := members[string(s.ID)]; ok && !m.alive && m.gossip != "" && string(s.ID) != n.cfg.NodeID {
+			addrs = append(addrs, m.gossip)
+		}
+	}
+	if len(addrs) == 0 {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if count, err := n.gossip.ml.Join(addrs); count > 0 {
+			n.log.Info("rejoined failed gossip members", "contacted", count)
+		} else {
+			n.log.Debug("rejoin failed gossip members", "addrs", addrs, "err", err)
+		}
+	}()
 }
 
 func (n *Node) reconcile() error {

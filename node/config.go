@@ -45,8 +45,9 @@ type Config struct {
 	// Timing holds raft's timers; the zero value means LANTiming().
 	Timing Timing
 	// HorizonAhead is how far ahead of need the leader commits each key's
-	// horizon (default 1s). It is also the longest pause in grants for a key
-	// after a leader change: the new leader starts past the inherited horizon.
+	// horizon (default 1s). A new leader starts each key past the inherited
+	// horizon: up to HorizonAhead after the last slot the old leader
+	// granted (which may itself lie ahead, callers using it meanwhile).
 	HorizonAhead time.Duration
 	// UseGrace is the longest a granted slot may be used after the time the
 	// leader meant it for. A forwarded grant is placed on this host's clock

@@ -79,6 +79,7 @@ type fallback struct {
 	poolUntil int64
 	localFrom int64
 	pending   bool
+	lastTry   int64 // last attempt to (re)join the pool from local pacing
 	fraction  func() float64
 	announced Mode
 }
@@ -89,8 +90,12 @@ func newFallback(n *Node) *fallback {
 	if n.cfg.Unsafe.FallbackFullRate {
 		fb.fraction = func() float64 { return 1 }
 	}
-	fb.mode.Store(int32(ModeLocal))
-	fb.announced = ModeLocal
+	// Before a crash this node may have promised a leader no fallback until
+	// ShareTTL after its last renewal, and that leader may still count its
+	// share: a starting node keeps the promise as if renewed just now.
+	fb.promise = n.now() + int64(n.cfg.ShareTTL)
+	fb.mode.Store(int32(ModeRaft))
+	fb.announced = ModeRaft
 	return fb
 }
 
@@ -181,7 +186,9 @@ func (fb *fallback) renew() shareAnswer {
 	if fb.announced != ModeRaft {
 		fb.announce(ModeRaft)
 	}
-	return shareAnswer{Applied: fb.n.state.AppliedIndex(), Fraction: fb.fraction(), Busy: time.Duration(busy)}
+	// Report the committed fraction: the leader counts an unheld member at
+	// the larger of committed and reported.
+	return shareAnswer{Applied: fb.n.state.AppliedIndex(), Fraction: fb.n.ownFraction(), Busy: time.Duration(busy)}
 }
 
 // reserve paces count events of key locally at this node's fraction of
@@ -189,7 +196,10 @@ func (fb *fallback) renew() shareAnswer {
 func (fb *fallback) reserve(key string, count int, maxWait time.Duration) (Reservation, error) {
 	lim, ok := fb.n.state.Limit(key)
 	if !ok {
-		return Reservation{}, fmt.Errorf("node: reserve %q: %w", key, ErrUnknownKey)
+		// This node may not have applied the limit yet: only the leader
+		// can say the key is unknown. If no leader answers, the caller
+		// gets ErrNoLeader; fallback never admits a key it has no rate for.
+		return Reservation{}, errNotLeader
 	}
 	fb.mu.Lock()
 	now := fb.n.now()
@@ -271,7 +281,19 @@ func (n *Node) ownFraction() float64 {
 func (fb *fallback) tendPool(ctx context.Context) {
 	fb.mu.Lock()
 	m := Mode(fb.mode.Load())
-	due := fb.pending || (m == ModePooled && fb.n.now() > fb.poolUntil-int64(poolMaxWait)-int64(fb.n.cfg.UseGrace)-int64(poolTTL)*2/3)
+	now := fb.n.now()
+	if m == ModeLocal && !fb.pending && fb.n.pg.reachable() && now-fb.lastTry > int64(5*time.Second) {
+		// Postgres is back: rejoin the pool. Stop granting locally first;
+		// join only once the local slots are past their use-by, or the
+		// pool and this node would both spend the fraction.
+		fb.lastTry = now
+		fb.pending = true
+	}
+	if m == ModeLocal && fb.pending && now < fb.lastSlot+int64(fb.n.cfg.UseGrace) {
+		fb.mu.Unlock()
+		return // local slots still in use: join at a later tick
+	}
+	due := fb.pending || (m == ModePooled && now > fb.poolUntil-int64(poolMaxWait)-int64(fb.n.cfg.UseGrace)-int64(poolTTL)*2/3)
 	fb.mu.Unlock()
 	if !due || (m != ModeLocal && m != ModePooled) {
 		return
@@ -295,7 +317,21 @@ func (fb *fallback) tendPool(ctx context.Context) {
 		}
 		return
 	}
+	if !fb.poolExpiringLocked(recv) {
+		return // still registered for a while: retry at the next tick
+	}
 	fb.poolLostLocked(err)
+}
+
+// poolExpiringLocked reports whether the registration is gone or within a
+// third of its TTL of expiring. Before that, a failed call to Postgres is
+// retried instead of giving up the pool.
+func (fb *fallback) poolExpiringLocked(now int64) bool {
+	if Mode(fb.mode.Load()) != ModePooled {
+		return true
+	}
+	regExpiry := fb.poolUntil - int64(poolMaxWait) - int64(fb.n.cfg.UseGrace)
+	return now >= regExpiry-int64(poolTTL)/3
 }
 
 // poolLostLocked moves a pooled (or pending) node to local pacing, which
@@ -332,7 +368,9 @@ func (fb *fallback) reservePooled(key string, lim fsm.Limit, count int, maxWait 
 			return Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, ErrInvalidRequest, err)
 		default:
 			fb.mu.Lock()
-			fb.poolLostLocked(err)
+			if fb.poolExpiringLocked(recv) {
+				fb.poolLostLocked(err)
+			}
 			fb.mu.Unlock()
 			return Reservation{}, errPoolPending
 		}

@@ -279,7 +279,12 @@ func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait tim
 		return lease{}, errRetry
 	}
 	n.stats.forwarded.Add(1)
-	raw, err := n.trans.Call(ctx, string(addr), rpcLease, leaseReq{Key: key, Holder: n.cfg.NodeID, Count: want, MaxWait: maxWait}.encode())
+	// A paused or cut-off leader must not hold every caller of the key for
+	// long: each call is bounded, then the leader is looked up again (a new
+	// one may be granting, or this node may fall back).
+	cctx, cancel := context.WithTimeout(ctx, leaderCallTimeout(maxWait))
+	defer cancel()
+	raw, err := n.trans.Call(cctx, string(addr), rpcLease, leaseReq{Key: key, Holder: n.cfg.NodeID, Count: want, MaxWait: maxWait}.encode())
 	if err != nil {
 		if ctx.Err() != nil {
 			return lease{}, fmt.Errorf("node: lease %q: %w", key, ctx.Err())

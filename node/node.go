@@ -496,6 +496,13 @@ func (n *Node) countResult(err error) {
 	}
 }
 
+// leaderCallTimeout bounds one request to the leader: its own maximum
+// wait (the leader may hold it that long for a horizon) plus a little.
+// Past it the leader is presumed paused or cut off and looked up again.
+func leaderCallTimeout(maxWait time.Duration) time.Duration {
+	return min(maxWait, time.Second) + 500*time.Millisecond
+}
+
 // errRetry marks failures that another attempt (at the same or a new
 // leader) may cure: no leader yet, a leader change, a broken connection.
 var errRetry = errors.New("node: retry")
@@ -511,7 +518,9 @@ func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWai
 		return 0, errRetry
 	}
 	n.stats.forwarded.Add(1)
-	raw, err := n.trans.Call(ctx, string(addr), rpcReserve, reserveReq{Key: key, Count: count, MaxWait: maxWait}.encode())
+	cctx, cancel := context.WithTimeout(ctx, leaderCallTimeout(maxWait))
+	defer cancel()
+	raw, err := n.trans.Call(cctx, string(addr), rpcReserve, reserveReq{Key: key, Count: count, MaxWait: maxWait}.encode())
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("node: reserve %q: %w", key, ctx.Err())

@@ -25,6 +25,23 @@ go vet ./...
 # See scripts/postgres.sh.
 source scripts/postgres.sh
 raftpace_postgres
+# The chaos suite (e2e) starts throwaway servers of its own inside network
+# namespaces: it needs the server binaries even when a server answered.
+if [ -z "${RAFTPACE_PG_BIN:-}" ]; then
+  raftpace_pg_install
+  RAFTPACE_PG_BIN=$(raftpace_pg_find_bin) || { echo "test.sh: no initdb/pg_ctl after installing postgresql" >&2; exit 1; }
+  export RAFTPACE_PG_BIN
+fi
+# ... and iproute2's ip, for the namespaces and the partitions.
+if ! command -v ip >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing iproute2 (ip) for the chaos suite"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 >/dev/null ||
+      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 >/dev/null; }
+  else
+    echo "test.sh: the chaos suite needs ip (iproute2) and root" >&2
+  fi
+fi
 
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...

@@ -42,7 +42,8 @@ func TestBenchWorker_XRate(t *testing.T) {
 	if rep.Node != "w1" || rep.PID != os.Getpid() || k == nil {
 		t.Fatalf("report: %+v", rep)
 	}
-	if k.Concurrency != 4 || k.Calls < 1000 || k.Admitted != k.Calls || k.Shed != 0 || k.Errors != 0 {
+	// A slot woken for too late (a loaded machine) is forfeited, not admitted.
+	if k.Concurrency != 4 || k.Calls < 1000 || k.Admitted+k.Forfeited != k.Calls || k.Shed != 0 || k.Errors != 0 {
 		t.Errorf("counts: %+v", k)
 	}
 	if k.P50 <= 0 || k.P50 > k.P99 || k.P99 > k.Max || k.Mean <= 0 || k.P50 > int64(time.Millisecond) {
