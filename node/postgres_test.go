@@ -164,6 +164,16 @@ func TestPostgres_PooledFallback(t *testing.T) {
 	if len(survivors) != 2 {
 		t.Fatalf("want 2 nonvoters, status %+v", st.Members)
 	}
+	// The survivors pool the fractions they have applied: wait until both
+	// have applied 1/5 (the leader's view alone is not enough).
+	waitFor(t, 20*time.Second, func() bool {
+		for _, i := range survivors {
+			if math.Abs(ownFraction(t, c.Node(i))-0.2) > 1e-9 {
+				return false
+			}
+		}
+		return true
+	})
 	for i := 0; i < 5; i++ {
 		if i != survivors[0] && i != survivors[1] {
 			c.Kill(i)
