@@ -377,13 +377,10 @@ func (s *scenario) expectFractions(n int, d time.Duration) {
 // ends (q + ShareTTL) and has granted slots up to its horizon at the full
 // rate. A 9 s share TTL (renewals every 3 s) makes the overlap long enough
 // to show every time; with the 2 s default it is at most ~0.7 s and hides
-// in the burst allowance. Fix (node/fallback.go): a starting node must not
-// fall back before ShareTTL has passed since it started. Run it with
-// RAFTPACE_CHAOS_KNOWN_BUGS=1; drop the gate once node/ is fixed.
+// in the burst allowance. Fixed in node/fallback.go: a starting node does
+// not fall back before ShareTTL has passed since it started. Kept as a
+// regression test.
 func TestChaos_J_FollowerRestartedWithinShareTTL(t *testing.T) {
-	if os.Getenv("RAFTPACE_CHAOS_KNOWN_BUGS") == "" {
-		t.Skip("reproduces a known node/ bug (a restarted member falls back before its previous promise ended); set RAFTPACE_CHAOS_KNOWN_BUGS=1 to run it")
-	}
 	s := newScenario(t, "j", chaosOpts{load: chaosKey + ":40", extra: []string{"--share-ttl", "9s"}})
 	f := s.followers()[0]
 	s.step("crash", "SIGKILL follower "+f.id+" and restart it at once, twice, 4 s apart", func() {
