@@ -2,6 +2,10 @@ module github.com/raftpace/raftpace
 
 go 1.25.0
 
+// hashicorp/raft v1.8.0 pulls go-metrics v0.7.0, which dropped the compat
+// package that raft-boltdb/v2 v2.3.1 imports ("cannot find module providing
+// package github.com/hashicorp/go-metrics/compat"); v0.6.1 still has it and
+// builds both. Drop this once raft-boltdb stops importing compat.
 replace github.com/hashicorp/go-metrics => github.com/hashicorp/go-metrics v0.6.1
 
 require (
