@@ -478,11 +478,7 @@ func (n *Node) syncMembers() error {
 		}
 		// A new member starts with fraction 0: balanceFractions grows it
 		// once every member has applied the shrinks that make room.
-		data, err := fsm.Encode(&fsm.UpsertMember{Member: fsm.Member{ID: id, Addr: addr, Fraction: m.Fraction}})
-		if err == nil {
-			err = n.apply(data, 5*time.Second)
-		}
-		if err != nil {
+		if _, err := n.commit(&fsm.UpsertMember{Member: fsm.Member{ID: id, Addr: addr, Fraction: m.Fraction}}, 5*time.Second); err != nil {
 			errs = append(errs, fmt.Errorf("record member %s: %w", id, err))
 		}
 	}
@@ -490,11 +486,7 @@ func (n *Node) syncMembers() error {
 		if _, ok := want[id]; ok {
 			continue
 		}
-		data, err := fsm.Encode(&fsm.RemoveMember{ID: id})
-		if err == nil {
-			err = n.apply(data, 5*time.Second)
-		}
-		if err != nil {
+		if _, err := n.commit(&fsm.RemoveMember{ID: id}, 5*time.Second); err != nil {
 			errs = append(errs, fmt.Errorf("forget member %s: %w", id, err))
 		}
 	}

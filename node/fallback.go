@@ -68,8 +68,10 @@ type fallback struct {
 	n    *Node
 	mode atomic.Int32
 
-	mu       sync.Mutex
-	promise  int64            // no fallback before this (node clock): s + ShareTTL
+	mu sync.Mutex
+	// promise: no fallback before this (node clock, s + ShareTTL). Written
+	// under mu, read without it by current() on every reservation.
+	promise  atomic.Int64
 	since    int64            // fallback began
 	keys     map[string]int64 // local pacer TAT per key
 	lastSlot int64            // latest fallback slot granted
@@ -93,7 +95,7 @@ func newFallback(n *Node) *fallback {
 	// Before a crash this node may have promised a leader no fallback until
 	// ShareTTL after its last renewal, and that leader may still count its
 	// share: a starting node keeps the promise as if renewed just now.
-	fb.promise = n.now() + int64(n.cfg.ShareTTL)
+	fb.promise.Store(n.now() + int64(n.cfg.ShareTTL))
 	fb.mode.Store(int32(ModeRaft))
 	fb.announced = ModeRaft
 	return fb
@@ -115,15 +117,11 @@ func (fb *fallback) current() Mode {
 	return fb.advanceLocked(now)
 }
 
-func (fb *fallback) promiseAt() int64 {
-	fb.mu.Lock()
-	defer fb.mu.Unlock()
-	return fb.promise
-}
+func (fb *fallback) promiseAt() int64 { return fb.promise.Load() }
 
 func (fb *fallback) advanceLocked(now int64) Mode {
 	m := Mode(fb.mode.Load())
-	if m == ModeRaft && now >= fb.promise {
+	if m == ModeRaft && now >= fb.promiseAt() {
 		m = ModeLocal
 		fb.since = now
 		clear(fb.keys) // each key starts with an empty bucket: no burst
@@ -132,7 +130,7 @@ func (fb *fallback) advanceLocked(now int64) Mode {
 		// could both spend the fraction.
 		fb.pending = fb.n.pg != nil
 	}
-	if (m == ModeLocal || m == ModePooled) && now >= fb.promise+int64(fb.n.cfg.FallbackFor) {
+	if (m == ModeLocal || m == ModePooled) && now >= fb.promiseAt()+int64(fb.n.cfg.FallbackFor) {
 		if m == ModePooled {
 			fb.leavePoolAsync()
 		}
@@ -171,7 +169,7 @@ func (fb *fallback) renew() shareAnswer {
 	defer fb.mu.Unlock()
 	now := fb.n.now()
 	var busy int64
-	if m := Mode(fb.mode.Load()); m != ModeRaft || now >= fb.promise {
+	if m := Mode(fb.mode.Load()); m != ModeRaft || now >= fb.promiseAt() {
 		end := max(fb.lastSlot+int64(fb.n.cfg.UseGrace), fb.poolUntil)
 		if end > now {
 			busy = end - now
@@ -181,7 +179,7 @@ func (fb *fallback) renew() shareAnswer {
 		}
 		fb.pending = false
 	}
-	fb.promise = now + int64(fb.n.cfg.ShareTTL)
+	fb.promise.Store(now + int64(fb.n.cfg.ShareTTL))
 	fb.mode.Store(int32(ModeRaft))
 	if fb.announced != ModeRaft {
 		fb.announce(ModeRaft)

@@ -327,12 +327,7 @@ func (n *Node) extendLoop() {
 			if !ok {
 				break
 			}
-			data, err := fsm.Encode(&ext.cmd)
-			if err != nil {
-				n.log.Error("encode horizon extension", "err", err)
-				break
-			}
-			if err := n.apply(data, 5*time.Second); err != nil {
+			if _, err := n.commit(&ext.cmd, 5*time.Second); err != nil {
 				n.stats.extendErrors.Add(1)
 				n.log.Warn("horizon extension not committed", "keys", len(ext.cmd.Entries), "err", err)
 				break
@@ -343,19 +338,26 @@ func (n *Node) extendLoop() {
 	}
 }
 
-// apply commits one command through raft and returns the FSM's answer.
-func (n *Node) apply(data []byte, timeout time.Duration) error {
+// commit encodes c, commits it through raft on this node (the leader) and
+// returns its log index. Not leading: errNotLeader. Raft failing to commit
+// (a timeout, a shutdown): errRetry. The state refusing the command:
+// ErrInvalidRequest. The one place raft's errors are translated.
+func (n *Node) commit(c fsm.Command, timeout time.Duration) (uint64, error) {
+	data, err := fsm.Encode(c)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
 	f := n.raft.Apply(data, timeout)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return errNotLeader
+			return 0, errNotLeader
 		}
-		return fmt.Errorf("node: raft apply: %w", err)
+		return 0, fmt.Errorf("%w: raft apply: %w", errRetry, err)
 	}
 	if err, ok := f.Response().(error); ok && err != nil {
-		return err
+		return 0, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	return nil
+	return f.Index(), nil
 }
 
 // Reservation is a grant of events: they may go at At, and must go no
@@ -603,21 +605,11 @@ func (n *Node) setLimitOnce(ctx context.Context, key string, lim fsm.Limit) (uin
 }
 
 func (n *Node) applyLimit(key string, lim fsm.Limit) (uint64, error) {
-	data, err := fsm.Encode(&fsm.SetLimit{Key: key, Limit: lim})
-	if err != nil {
-		return 0, fmt.Errorf("node: set limit %q: %w: %w", key, ErrInvalidRequest, err)
+	index, err := n.commit(&fsm.SetLimit{Key: key, Limit: lim}, 5*time.Second)
+	if err != nil && !errors.Is(err, errNotLeader) {
+		return 0, fmt.Errorf("node: set limit %q: %w", key, err)
 	}
-	f := n.raft.Apply(data, 5*time.Second)
-	if err := f.Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return 0, errNotLeader
-		}
-		return 0, fmt.Errorf("%w: raft apply: %w", errRetry, err)
-	}
-	if err, ok := f.Response().(error); ok && err != nil {
-		return 0, fmt.Errorf("node: set limit %q: %w: %w", key, ErrInvalidRequest, err)
-	}
-	return f.Index(), nil
+	return index, err
 }
 
 // waitApplied returns once this node's state has applied index.

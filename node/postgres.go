@@ -179,11 +179,7 @@ func (n *Node) restore(ctx context.Context) error {
 		}
 	}
 	if len(ext.Entries) > 0 {
-		data, err := fsm.Encode(&ext)
-		if err != nil {
-			return err
-		}
-		if err := n.apply(data, 10*time.Second); err != nil {
+		if _, err := n.commit(&ext, 10*time.Second); err != nil {
 			return fmt.Errorf("node: restore horizons: %w", err)
 		}
 	}

@@ -333,16 +333,5 @@ func (n *Node) balanceFractions() error {
 }
 
 func (n *Node) applyMember(m fsm.Member) (uint64, error) {
-	data, err := fsm.Encode(&fsm.UpsertMember{Member: m})
-	if err != nil {
-		return 0, err
-	}
-	fut := n.raft.Apply(data, 5*time.Second)
-	if err := fut.Error(); err != nil {
-		return 0, err
-	}
-	if err, ok := fut.Response().(error); ok && err != nil {
-		return 0, err
-	}
-	return fut.Index(), nil
+	return n.commit(&fsm.UpsertMember{Member: m}, 5*time.Second)
 }
