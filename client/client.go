@@ -17,6 +17,23 @@
 // the slow side: a grant is never used before the leader meant it. Nor much
 // after: a grant must be used within the node's UseGrace of its time, and
 // Wait forfeits (and asks again for) a slot it woke up too late to use.
+//
+// Beyond the rate, three fleet-wide controls:
+//
+//   - Pause: when a remote side refuses (429, 503) and says when to come
+//     back, Pause holds every worker of the fleet off the key until then;
+//     Wait and Reserve wait it out (or shed, past their maximum wait).
+//     RefusalPolicy and ParseRetryAfter turn a refusal into that delay.
+//   - Concurrency caps: Acquire (and AcquireSlot, AcquireSlots) takes a slot
+//     of a key's fleet-wide cap for the guarded work, all or nothing over
+//     several keys, and gives it back on Release; a slot not released is
+//     reclaimed when its TTL ends.
+//   - Register and RegisterCap declare a worker's policy at start-up: they
+//     set a key's limit or cap if the cluster has none, and report a
+//     conflict (ErrPolicyConflict) instead of overwriting other values.
+//
+// Transport wraps an http.RoundTripper so that every request is paced,
+// takes its concurrency slots, and pauses its key on a refusal.
 package client
 
 import (
@@ -46,22 +63,66 @@ var (
 	ErrClosed = node.ErrClosed
 	// ErrInvalidRequest: a key, count or limit was invalid.
 	ErrInvalidRequest = node.ErrInvalidRequest
+	// ErrPaused: the key is paused (see Pause) for longer than the maximum
+	// wait the caller allowed. Nothing was consumed. errors.As to
+	// *node.PausedError gives the remaining pause; it also matches
+	// ErrLimitExceeded, so a caller that sheds on one sheds on the other.
+	ErrPaused = node.ErrPaused
+	// ErrConcurrencyLimit: every slot of a key's concurrency cap stayed in
+	// use for the caller's whole maximum wait (Acquire). errors.As to
+	// *node.ConcurrencyLimitError names the full keys.
+	ErrConcurrencyLimit = node.ErrConcurrencyLimit
+	// ErrPolicyConflict: Register or RegisterCap found the key already set
+	// to other values; nothing was changed. errors.As to
+	// *node.PolicyConflictError names both.
+	ErrPolicyConflict = node.ErrPolicyConflict
 )
 
 // LimitExceededError carries the wait that exceeded the caller's maximum.
 type LimitExceededError = node.LimitExceededError
 
+// PausedError carries the remaining pause of a key that outlasted the
+// caller's maximum wait.
+type PausedError = node.PausedError
+
+// ConcurrencyLimitError names the keys whose caps stayed full for the
+// caller's maximum wait.
+type ConcurrencyLimitError = node.ConcurrencyLimitError
+
+// PolicyConflictError names the values a registration asked for and the
+// values the cluster holds.
+type PolicyConflictError = node.PolicyConflictError
+
+// Slot is a held concurrency slot on one or more keys: the holder must be
+// done with the guarded work by its Deadline, when the slot is reclaimed
+// however its holder fares.
+type Slot = node.Slot
+
 // Reservation is a grant: use the events at At, and no later than UseBy.
 type Reservation = node.Reservation
 
-// Backend grants reservations and stores limits. *node.Node implements it.
+// Backend grants reservations, pauses and concurrency slots, and stores
+// limits and caps. *node.Node implements it; its methods document the
+// semantics. Reserve must hold a caller while the key is paused (or return
+// a *node.PausedError past maxWait): Wait relies on it to obey pauses.
 type Backend interface {
 	Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (node.Reservation, error)
 	Forfeit(node.Reservation)
 	SetLimit(ctx context.Context, key string, lim fsm.Limit) error
 	Limit(ctx context.Context, key string) (fsm.Limit, error)
 	Limits(ctx context.Context) (map[string]fsm.Limit, error)
+
+	Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error)
+	PausedFor(key string) time.Duration
+
+	AcquireSlots(ctx context.Context, keys []string, ttl, maxWait time.Duration) (node.Slot, error)
+	ReleaseSlot(ctx context.Context, s node.Slot) error
+	SetCap(ctx context.Context, key string, max int) error
+	Cap(ctx context.Context, key string) (int, error)
+	Caps(ctx context.Context) (map[string]int, error)
 }
+
+var _ Backend = (*node.Node)(nil)
 
 // Client paces a worker's events through a Backend.
 type Client struct {
@@ -71,8 +132,18 @@ type Client struct {
 // New returns a Client that paces through b.
 func New(b Backend) *Client { return &Client{b: b} }
 
-// noDeadline is the longest a Wait without a context deadline may queue.
+// noDeadline is the longest a Wait (or Acquire) without a context deadline
+// may queue.
 const noDeadline = 10 * time.Minute
+
+// maxWaitFor is the maximum wait a call under ctx allows: the time to its
+// deadline, or noDeadline. Negative once the deadline has passed.
+func maxWaitFor(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return time.Until(dl)
+	}
+	return noDeadline
+}
 
 // Wait blocks until one event of key may go. It is WaitN(ctx, key, 1).
 func (c *Client) Wait(ctx context.Context, key string) error { return c.WaitN(ctx, key, 1) }
@@ -158,4 +229,39 @@ func (c *Client) Limit(ctx context.Context, key string) (Limit, error) {
 // Limits returns every key's limit.
 func (c *Client) Limits(ctx context.Context) (map[string]Limit, error) {
 	return c.b.Limits(ctx)
+}
+
+// Pause records a fleet-wide pause of key for d (in (0, 24h]): no event of
+// key is admitted by any node until it ends, and Wait and Reserve hold their
+// callers (or shed them, past their maximum wait) meanwhile. Pauses do not
+// add up: the node keeps the latest deadline of every hint, so a shorter
+// pause never cuts a longer one short. Pause returns the remaining pause in
+// force after the call. On an error (no leader before ctx ended) this
+// process's node still holds its own callers off for d.
+func (c *Client) Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error) {
+	rem, err := c.b.Pause(ctx, key, d)
+	if err != nil {
+		return rem, fmt.Errorf("client: pause %q: %w", key, err)
+	}
+	return rem, nil
+}
+
+// PausedFor returns key's remaining pause as this process's node sees it;
+// 0 if none.
+func (c *Client) PausedFor(key string) time.Duration { return c.b.PausedFor(key) }
+
+// SetCap sets key's fleet-wide concurrency cap (the most slots held at once)
+// for the whole cluster.
+func (c *Client) SetCap(ctx context.Context, key string, max int) error {
+	return c.b.SetCap(ctx, key, max)
+}
+
+// Cap returns key's concurrency cap, or an error wrapping ErrUnknownKey.
+func (c *Client) Cap(ctx context.Context, key string) (int, error) {
+	return c.b.Cap(ctx, key)
+}
+
+// Caps returns every key's concurrency cap.
+func (c *Client) Caps(ctx context.Context) (map[string]int, error) {
+	return c.b.Caps(ctx)
 }

@@ -13,6 +13,7 @@ import (
 
 // fakeBackend answers reservations from a script.
 type fakeBackend struct {
+	noGate
 	mu        sync.Mutex
 	grants    []node.Reservation
 	errs      []error
@@ -45,6 +46,22 @@ func (f *fakeBackend) Limit(context.Context, string) (fsm.Limit, error)  { retur
 func (f *fakeBackend) Limits(context.Context) (map[string]fsm.Limit, error) {
 	return nil, nil
 }
+
+// noGate is a Backend's pause and slot half that knows no pauses and no
+// caps.
+type noGate struct{}
+
+func (noGate) Pause(context.Context, string, time.Duration) (time.Duration, error) {
+	return 0, errors.New("no gate")
+}
+func (noGate) PausedFor(string) time.Duration { return 0 }
+func (noGate) AcquireSlots(_ context.Context, keys []string, _, _ time.Duration) (node.Slot, error) {
+	return node.Slot{}, node.ErrUnknownKey
+}
+func (noGate) ReleaseSlot(context.Context, node.Slot) error { return nil }
+func (noGate) SetCap(context.Context, string, int) error    { return errors.New("no caps") }
+func (noGate) Cap(context.Context, string) (int, error)     { return 0, node.ErrUnknownKey }
+func (noGate) Caps(context.Context) (map[string]int, error) { return nil, nil }
 
 // A grant whose UseBy has passed when the waiter wakes is forfeited and a
 // new one reserved: a late slot is never used.

@@ -18,12 +18,18 @@ const (
 	typeExtendHorizons uint8 = 3
 	typeUpsertMember   uint8 = 4
 	typeRemoveMember   uint8 = 5
+	typeSetPause       uint8 = 6
+	typeSetCap         uint8 = 7
+	typeDeleteCap      uint8 = 8
+	typeAcquireSlots   uint8 = 9
+	typeReleaseSlots   uint8 = 10
 )
 
 // Command is one entry of the replicated log. The set is closed: it is
-// exactly SetLimit, DeleteLimit, ExtendHorizons, UpsertMember and
-// RemoveMember. Decode returns the value types; Encode and State.Apply
-// accept the values or non-nil pointers to them.
+// exactly SetLimit, DeleteLimit, ExtendHorizons, UpsertMember,
+// RemoveMember, SetPause, SetCap, DeleteCap, AcquireSlots and ReleaseSlots.
+// Decode returns the value types; Encode and State.Apply accept the values
+// or non-nil pointers to them.
 type Command interface{ commandType() uint8 }
 
 // SetLimit creates the limit of Key or replaces it.
@@ -63,11 +69,57 @@ type RemoveMember struct {
 	ID string
 }
 
+// SetPause sets the refusal pause of Key to For past the moment each
+// replica applies the entry (the node measures; State stores the
+// duration). For is >= 0 and <= MaxPause; 0 clears the pause. The latest
+// entry for a key overwrites the earlier ones: see State.
+type SetPause struct {
+	Key string
+	For time.Duration
+}
+
+// SetCap creates the fleet-wide concurrency cap of Key or replaces it: at
+// most Max slots on Key held at once. Max is >= 1 and <= MaxCap.
+type SetCap struct {
+	Key string
+	Max int
+}
+
+// DeleteCap removes the concurrency cap of Key (a no-op if it has none).
+// Slots held on Key stay until released.
+type DeleteCap struct {
+	Key string
+}
+
+// AcquireSlots records one held concurrency slot, ID, held by the member
+// Holder on each of Keys, for TTL past the moment each replica applies the
+// entry. ID and Holder follow ValidateID; Keys holds 1..MaxSlotKeys
+// distinct keys; TTL is > 0 and <= MaxSlotTTL. If ID is already held the
+// entry changes nothing (a retried proposal). Apply does not check the caps
+// of Keys: see State.
+type AcquireSlots struct {
+	ID     string
+	Holder string
+	Keys   []string
+	TTL    time.Duration
+}
+
+// ReleaseSlots removes the held slots IDs: 1..MaxReleaseIDs distinct ids.
+// An id that is not held is ignored (it may have been released already).
+type ReleaseSlots struct {
+	IDs []string
+}
+
 func (SetLimit) commandType() uint8       { return typeSetLimit }
 func (DeleteLimit) commandType() uint8    { return typeDeleteLimit }
 func (ExtendHorizons) commandType() uint8 { return typeExtendHorizons }
 func (UpsertMember) commandType() uint8   { return typeUpsertMember }
 func (RemoveMember) commandType() uint8   { return typeRemoveMember }
+func (SetPause) commandType() uint8       { return typeSetPause }
+func (SetCap) commandType() uint8         { return typeSetCap }
+func (DeleteCap) commandType() uint8      { return typeDeleteCap }
+func (AcquireSlots) commandType() uint8   { return typeAcquireSlots }
+func (ReleaseSlots) commandType() uint8   { return typeReleaseSlots }
 
 // commandName is the Go type name, for error messages.
 func commandName(t uint8) string {
@@ -82,6 +134,16 @@ func commandName(t uint8) string {
 		return "UpsertMember"
 	case typeRemoveMember:
 		return "RemoveMember"
+	case typeSetPause:
+		return "SetPause"
+	case typeSetCap:
+		return "SetCap"
+	case typeDeleteCap:
+		return "DeleteCap"
+	case typeAcquireSlots:
+		return "AcquireSlots"
+	case typeReleaseSlots:
+		return "ReleaseSlots"
 	}
 	return fmt.Sprintf("type %d", t)
 }
@@ -112,6 +174,26 @@ func deref(c Command) (Command, error) {
 		if v != nil {
 			return *v, nil
 		}
+	case *SetPause:
+		if v != nil {
+			return *v, nil
+		}
+	case *SetCap:
+		if v != nil {
+			return *v, nil
+		}
+	case *DeleteCap:
+		if v != nil {
+			return *v, nil
+		}
+	case *AcquireSlots:
+		if v != nil {
+			return *v, nil
+		}
+	case *ReleaseSlots:
+		if v != nil {
+			return *v, nil
+		}
 	default:
 		return c, nil
 	}
@@ -132,6 +214,16 @@ func validate(c Command) error {
 		return errors.Join(c.Member.problems()...)
 	case RemoveMember:
 		return validateName(ErrInvalidID, c.ID, MaxIDLen)
+	case SetPause:
+		return errors.Join(validateKey(c.Key), validatePause(c.For))
+	case SetCap:
+		return errors.Join(validateKey(c.Key), validateCap(c.Max))
+	case DeleteCap:
+		return validateKey(c.Key)
+	case AcquireSlots:
+		return validateSlot(c.ID, Slot{Holder: c.Holder, Keys: c.Keys, TTL: c.TTL})
+	case ReleaseSlots:
+		return validateReleaseIDs(c.IDs)
 	}
 	return fmt.Errorf("%w: %T", ErrUnknownCommand, c)
 }
@@ -148,22 +240,8 @@ func validateEntries(es []HorizonEntry) error {
 			return fmt.Errorf("entry %d key %s: %w", i, quote(e.Key), err)
 		}
 	}
-	if len(es) <= 16 { // quadratic beats a map for small batches
-		for i := 1; i < len(es); i++ {
-			for j := 0; j < i; j++ {
-				if es[i].Key == es[j].Key {
-					return dupErr(j, i, es[i].Key)
-				}
-			}
-		}
-		return nil
-	}
-	seen := make(map[string]int, len(es))
-	for i, e := range es {
-		if j, ok := seen[e.Key]; ok {
-			return dupErr(j, i, e.Key)
-		}
-		seen[e.Key] = i
+	if i, j, ok := firstDuplicate(es, func(e HorizonEntry) string { return e.Key }); ok {
+		return dupErr(i, j, es[j].Key)
 	}
 	return nil
 }
@@ -211,6 +289,21 @@ func Encode(c Command) ([]byte, error) {
 		b = appendMember(b, c.Member)
 	case RemoveMember:
 		b = appendString(b, c.ID)
+	case SetPause:
+		b = appendString(b, c.Key)
+		b = binary.AppendVarint(b, int64(c.For))
+	case SetCap:
+		b = appendString(b, c.Key)
+		b = binary.AppendVarint(b, int64(c.Max))
+	case DeleteCap:
+		b = appendString(b, c.Key)
+	case AcquireSlots:
+		b = appendSlot(b, c.ID, Slot{Holder: c.Holder, Keys: c.Keys, TTL: c.TTL})
+	case ReleaseSlots:
+		b = binary.AppendUvarint(b, uint64(len(c.IDs)))
+		for _, id := range c.IDs {
+			b = appendString(b, id)
+		}
 	}
 	return b, nil
 }
@@ -233,6 +326,20 @@ func encodedSize(c Command) int {
 		return 2 + 2*varint + len(c.Member.ID) + len(c.Member.Addr) + 8
 	case RemoveMember:
 		return 2 + varint + len(c.ID)
+	case SetPause:
+		return 2 + varint + len(c.Key) + varint
+	case SetCap:
+		return 2 + varint + len(c.Key) + varint
+	case DeleteCap:
+		return 2 + varint + len(c.Key)
+	case AcquireSlots:
+		return 2 + slotSize(c.ID, Slot{Holder: c.Holder, Keys: c.Keys})
+	case ReleaseSlots:
+		n := 2 + varint
+		for _, id := range c.IDs {
+			n += varint + len(id)
+		}
+		return n
 	}
 	return 2
 }
@@ -250,6 +357,27 @@ func appendMember(b []byte, m Member) []byte {
 	b = appendString(b, m.ID)
 	b = appendString(b, m.Addr)
 	return appendFloat(b, m.Fraction)
+}
+
+// appendSlot appends a slot as AcquireSlots and snapshots encode it.
+func appendSlot(b []byte, id string, sl Slot) []byte {
+	b = appendString(b, id)
+	b = appendString(b, sl.Holder)
+	b = binary.AppendUvarint(b, uint64(len(sl.Keys)))
+	for _, k := range sl.Keys {
+		b = appendString(b, k)
+	}
+	return binary.AppendVarint(b, int64(sl.TTL))
+}
+
+// slotSize is an upper bound on the encoding of a slot by appendSlot.
+func slotSize(id string, sl Slot) int {
+	const varint = binary.MaxVarintLen64
+	n := 4*varint + len(id) + len(sl.Holder)
+	for _, k := range sl.Keys {
+		n += varint + len(k)
+	}
+	return n
 }
 
 // Decode parses one encoded command. It accepts exactly the bytes Encode
@@ -301,6 +429,31 @@ func decode(b []byte) (Command, error) {
 		c = UpsertMember{Member: d.member()}
 	case typeRemoveMember:
 		c = RemoveMember{ID: d.str("ID", MaxIDLen)}
+	case typeSetPause:
+		var v SetPause
+		v.Key = d.str("Key", MaxKeyLen)
+		v.For = time.Duration(d.varint("For"))
+		c = v
+	case typeSetCap:
+		var v SetCap
+		v.Key = d.str("Key", MaxKeyLen)
+		v.Max = d.int("Max")
+		c = v
+	case typeDeleteCap:
+		c = DeleteCap{Key: d.str("Key", MaxKeyLen)}
+	case typeAcquireSlots:
+		id, sl := d.slot()
+		c = AcquireSlots{ID: id, Holder: sl.Holder, Keys: sl.Keys, TTL: sl.TTL}
+	case typeReleaseSlots:
+		n := d.count("IDs", MaxReleaseIDs, 2) // min id: len, 1 byte
+		var v ReleaseSlots
+		if d.err == nil {
+			v.IDs = make([]string, n)
+			for i := range v.IDs {
+				v.IDs[i] = d.str("ID", MaxIDLen)
+			}
+		}
+		c = v
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrUnknownCommand, t)
 	}
@@ -442,4 +595,20 @@ func (d *decoder) member() Member {
 	m.Addr = d.str("Addr", MaxAddrLen)
 	m.Fraction = d.float("Fraction")
 	return m
+}
+
+// slot reads a slot as appendSlot writes it.
+func (d *decoder) slot() (string, Slot) {
+	var sl Slot
+	id := d.str("ID", MaxIDLen)
+	sl.Holder = d.str("Holder", MaxIDLen)
+	n := d.count("Keys", MaxSlotKeys, 2) // min key: len, 1 byte
+	if d.err == nil {
+		sl.Keys = make([]string, n)
+		for i := range sl.Keys {
+			sl.Keys[i] = d.str("Key", MaxKeyLen)
+		}
+	}
+	sl.TTL = time.Duration(d.varint("TTL"))
+	return id, sl
 }

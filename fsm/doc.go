@@ -2,14 +2,17 @@
 // and the codec of the commands that change it.
 //
 // The state (State) holds the limit of each key, the committed horizon of
-// each key, the members of the cluster with their fallback fractions, and
-// the index of the last applied raft log entry. Commands (SetLimit,
-// DeleteLimit, ExtendHorizons, UpsertMember, RemoveMember) are encoded by
-// Encode into raft log entries and decoded by Decode; State.Apply applies
-// one at its log index. Package node wraps State in a raft.FSM, because it
-// also records the local time at which each horizon entry was applied, and
-// that needs a clock; this package reads no clock, does no I/O beyond the
-// snapshot reader and writer, and logs nothing.
+// each key, the members of the cluster with their fallback fractions, the
+// refusal pause of each key, the concurrency cap of each key, the held
+// concurrency slots, and the index of the last applied raft log entry.
+// Commands (SetLimit, DeleteLimit, ExtendHorizons, UpsertMember,
+// RemoveMember, SetPause, SetCap, DeleteCap, AcquireSlots, ReleaseSlots)
+// are encoded by Encode into raft log entries and decoded by Decode;
+// State.Apply applies one at its log index. Package node wraps State in a
+// raft.FSM, because it also records the local time at which each horizon,
+// pause and slot entry was applied, and that needs a clock; this package
+// reads no clock, does no I/O beyond the snapshot reader and writer, and
+// logs nothing.
 //
 //	b, err := fsm.Encode(fsm.SetLimit{Key: "google-images", Limit: fsm.Limit{Rate: 10, Burst: 5}})
 //	// ... b goes through raft; on every replica:
@@ -21,12 +24,15 @@
 // Determinism: replicas that apply the same commands at the same indexes
 // hold equal states, and equal states write byte-identical snapshots.
 // Apply reads no clock and no randomness, and nothing this package outputs
-// depends on map order (snapshots and Members are sorted).
+// depends on map order (snapshots, Members and Slots are sorted).
 //
 // Validation: keys and node ids follow ValidateKey and ValidateID; limits
 // follow Limit.Validate; members follow Member.Validate; an ExtendHorizons
 // holds 1..MaxHorizonEntries entries with distinct keys, each with
-// 0 < Ahead <= MaxHorizonAhead. Encode never encodes an invalid command,
+// 0 < Ahead <= MaxHorizonAhead; a SetPause has 0 <= For <= MaxPause; a
+// SetCap has 1 <= Max <= MaxCap; an AcquireSlots has 1..MaxSlotKeys
+// distinct keys and 0 < TTL <= MaxSlotTTL; a ReleaseSlots holds
+// 1..MaxReleaseIDs distinct ids. Encode never encodes an invalid command,
 // Decode never returns one, and Apply checks again and rejects an invalid
 // command without changing anything. Errors wrap the sentinels declared in
 // errors.go and name the field, its value and the rule. The character
@@ -52,6 +58,11 @@
 //	3 ExtendHorizons  count:uvarint (1..65536), then count times: Key:str Ahead:varint
 //	4 UpsertMember    ID:str  Addr:str  Fraction:f64
 //	5 RemoveMember    ID:str
+//	6 SetPause        Key:str  For:varint
+//	7 SetCap          Key:str  Max:varint
+//	8 DeleteCap       Key:str
+//	9 AcquireSlots    ID:str  Holder:str  count:uvarint (1..16), then count times: Key:str;  then TTL:varint
+//	10 ReleaseSlots   count:uvarint (1..4096), then count times: ID:str
 //
 //	str     uvarint byte length, then the bytes (UTF-8)
 //	f64     8 bytes, big-endian IEEE 754 bits
@@ -62,17 +73,25 @@
 // other than 1 is ErrInvalidCommand; an unknown type is ErrUnknownCommand
 // (later versions may add types; numbers are never reused).
 //
-// # Snapshot format, version 1
+// # Snapshot format, version 2
 //
 //	"RPSN"                       4 bytes magic
-//	version                      1 byte, 1
+//	version                      1 byte, 2
 //	applied index                uvarint
 //	limit count                  uvarint, then per limit sorted by key:    Key:str Rate:f64 Burst:varint
 //	horizon count                uvarint, then per horizon sorted by key:  Key:str Ahead:varint
 //	member count                 uvarint, then per member sorted by ID:    ID:str Addr:str Fraction:f64
+//	pause count                  uvarint, then per pause sorted by key:    Key:str For:varint (For > 0)
+//	cap count                    uvarint, then per cap sorted by key:      Key:str Max:varint
+//	slot count                   uvarint, then per slot sorted by ID:      ID:str Holder:str count:uvarint Key:str... TTL:varint
 //	CRC-32C                      4 bytes big-endian, Castagnoli, of every byte before it
 //
-// Keys and ids are sorted by byte value and unique. Restore verifies the
+// Version 1 is the same without the pause, cap and slot sections (and
+// with version byte 1). Snapshot writes version 2; Restore reads both, a
+// version-1 snapshot restoring with no pauses, caps or slots.
+//
+// Keys and ids are sorted by byte value and unique; a slot's keys keep the
+// order of its AcquireSlots and are unique. Restore verifies the
 // checksum, every field (with the same validation as commands) and the
 // order, reads at most MaxSnapshotSize bytes, and rejects anything else
 // with ErrInvalidSnapshot, leaving the state as it was.

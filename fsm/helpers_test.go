@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,7 +107,7 @@ func randCommand(rng *rand.Rand, pool []string) Command {
 		}
 		return randKey(rng)
 	}
-	switch rng.IntN(6) {
+	switch rng.IntN(11) {
 	case 0, 1:
 		return SetLimit{Key: key(), Limit: randLimit(rng)}
 	case 2:
@@ -132,9 +133,82 @@ func randCommand(rng *rand.Rand, pool []string) Command {
 		return ExtendHorizons{Entries: es}
 	case 4:
 		return UpsertMember{Member: randMember(rng)}
-	default:
+	case 5:
 		return RemoveMember{ID: randID(rng)}
+	case 6:
+		return SetPause{Key: key(), For: randPause(rng)}
+	case 7:
+		return SetCap{Key: key(), Max: randCap(rng)}
+	case 8:
+		return DeleteCap{Key: key()}
+	case 9:
+		n := 1 + rng.IntN(MaxSlotKeys)
+		keys := make([]string, 0, n)
+		for len(keys) < n {
+			if k := key(); !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			} else if k := randKey(rng); !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+		return AcquireSlots{ID: randSlotID(rng), Holder: randID(rng), Keys: keys, TTL: randTTL(rng)}
+	default:
+		n := 1 + rng.IntN(8)
+		if rng.IntN(50) == 0 {
+			n = 1 + rng.IntN(MaxReleaseIDs)
+		}
+		ids := make([]string, 0, n)
+		seen := map[string]bool{}
+		for len(ids) < n {
+			id := randSlotID(rng)
+			if seen[id] {
+				id = randID(rng) + "-" + strconv.Itoa(len(ids))
+				if seen[id] || len(id) > MaxIDLen {
+					continue
+				}
+			}
+			seen[id] = true
+			ids = append(ids, id)
+		}
+		return ReleaseSlots{IDs: ids}
 	}
+}
+
+// randSlotID returns a slot id, most often one of a few, so that
+// acquisitions and releases collide.
+func randSlotID(rng *rand.Rand) string {
+	if rng.IntN(4) != 0 {
+		return "slot-" + strconv.Itoa(rng.IntN(8))
+	}
+	return randID(rng)
+}
+
+// randPause returns a valid SetPause.For, 0 (clear) included.
+func randPause(rng *rand.Rand) time.Duration {
+	switch rng.IntN(10) {
+	case 0, 1:
+		return 0
+	case 2:
+		return MaxPause
+	}
+	return time.Duration(1 + rng.Int64N(int64(MaxPause)))
+}
+
+func randCap(rng *rand.Rand) int {
+	switch rng.IntN(10) {
+	case 0:
+		return MaxCap
+	case 1:
+		return 1
+	}
+	return 1 + rng.IntN(100)
+}
+
+func randTTL(rng *rand.Rand) time.Duration {
+	if rng.IntN(10) == 0 {
+		return MaxSlotTTL
+	}
+	return time.Duration(1 + rng.Int64N(int64(MaxSlotTTL)))
 }
 
 // randState applies up to n random commands to a new State.
@@ -169,6 +243,30 @@ func mustEncode(t testing.TB, c Command) []byte {
 	return b
 }
 
+// snapshotBytesV1 returns the version-1 snapshot of s, which must hold no
+// pauses, caps or slots: version 2 is version 1 with those three sections
+// appended, so this drops their three empty counts and fixes the header
+// and checksum.
+func snapshotBytesV1(t testing.TB, s *State) []byte {
+	t.Helper()
+	b := snapshotBytes(t, s)
+	body := b[:len(b)-4]
+	if !bytes.HasSuffix(body, []byte{0, 0, 0}) || len(s.Pauses())+len(s.Caps())+len(s.Slots()) != 0 {
+		t.Fatalf("snapshotBytesV1 of a state with pauses, caps or slots")
+	}
+	body = bytes.Clone(body[:len(body)-3])
+	body[len(snapshotMagic)] = 1
+	return withCRC(body)
+}
+
+// upgradeV1 returns the version-2 snapshot of the state that the version-1
+// snapshot b holds.
+func upgradeV1(b []byte) []byte {
+	body := append(bytes.Clone(b[:len(b)-4]), 0, 0, 0)
+	body[len(snapshotMagic)] = 2
+	return withCRC(body)
+}
+
 // snapshotBytes returns the snapshot encoding of s.
 func snapshotBytes(t testing.TB, s *State) []byte {
 	t.Helper()
@@ -198,6 +296,15 @@ func assertSameState(t testing.TB, got, want *State) {
 	}
 	if g, w := got.Members(), want.Members(); !reflect.DeepEqual(g, w) {
 		t.Errorf("Members = %v, want %v", g, w)
+	}
+	if g, w := got.Pauses(), want.Pauses(); !reflect.DeepEqual(g, w) {
+		t.Errorf("Pauses = %v, want %v", g, w)
+	}
+	if g, w := got.Caps(), want.Caps(); !reflect.DeepEqual(g, w) {
+		t.Errorf("Caps = %v, want %v", g, w)
+	}
+	if g, w := got.Slots(), want.Slots(); !reflect.DeepEqual(g, w) {
+		t.Errorf("Slots = %v, want %v", g, w)
 	}
 	if g, w := snapshotBytes(t, got), snapshotBytes(t, want); !bytes.Equal(g, w) {
 		t.Errorf("snapshot bytes differ:\n got %x\nwant %x", g, w)

@@ -17,8 +17,13 @@ import (
 
 const (
 	snapshotMagic   = "RPSN"
-	snapshotVersion = 1
+	snapshotVersion = 2        // the version Snapshot writes
+	snapshotV1      = 1        // no pauses, caps or slots; Restore still reads it
 	snapshotChunk   = 64 << 10 // bytes buffered between writes to the sink
+
+	// maxSnapshotEntry bounds the encoding of the largest entry (a slot), by
+	// which the buffer may overrun snapshotChunk before it is flushed.
+	maxSnapshotEntry = 4*binary.MaxVarintLen64 + 2*MaxIDLen + MaxSlotKeys*(binary.MaxVarintLen64+MaxKeyLen)
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -33,6 +38,9 @@ type Snapshot struct {
 	limits   []keyLimit
 	horizons []keyHorizon
 	members  []Member
+	pauses   []keyPause
+	caps     []keyCap
+	slots    []HeldSlot
 
 	sortOnce sync.Once
 }
@@ -47,6 +55,16 @@ type keyHorizon struct {
 	ahead time.Duration
 }
 
+type keyPause struct {
+	key   string
+	pause time.Duration
+}
+
+type keyCap struct {
+	key string
+	max int
+}
+
 var _ raft.FSMSnapshot = (*Snapshot)(nil)
 
 // Snapshot copies the state under the lock and returns it; encoding and
@@ -59,6 +77,9 @@ func (s *State) Snapshot() *Snapshot {
 		limits:   make([]keyLimit, 0, len(s.limits)),
 		horizons: make([]keyHorizon, 0, len(s.horizons)),
 		members:  make([]Member, 0, len(s.members)),
+		pauses:   make([]keyPause, 0, len(s.pauses)),
+		caps:     make([]keyCap, 0, len(s.caps)),
+		slots:    make([]HeldSlot, 0, len(s.slots)),
 	}
 	for k, l := range s.limits {
 		p.limits = append(p.limits, keyLimit{k, l})
@@ -68,6 +89,17 @@ func (s *State) Snapshot() *Snapshot {
 	}
 	for _, m := range s.members {
 		p.members = append(p.members, m)
+	}
+	for k, d := range s.pauses {
+		p.pauses = append(p.pauses, keyPause{k, d})
+	}
+	for k, n := range s.caps {
+		p.caps = append(p.caps, keyCap{k, n})
+	}
+	for id, sl := range s.slots {
+		// The state never modifies a stored Keys slice, so sharing it is
+		// safe and keeps the copy under the lock short.
+		p.slots = append(p.slots, HeldSlot{ID: id, Slot: sl})
 	}
 	return p
 }
@@ -81,6 +113,9 @@ func (p *Snapshot) sort() {
 		slices.SortFunc(p.limits, func(a, b keyLimit) int { return strings.Compare(a.key, b.key) })
 		slices.SortFunc(p.horizons, func(a, b keyHorizon) int { return strings.Compare(a.key, b.key) })
 		slices.SortFunc(p.members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+		slices.SortFunc(p.pauses, func(a, b keyPause) int { return strings.Compare(a.key, b.key) })
+		slices.SortFunc(p.caps, func(a, b keyCap) int { return strings.Compare(a.key, b.key) })
+		slices.SortFunc(p.slots, func(a, b HeldSlot) int { return strings.Compare(a.ID, b.ID) })
 	})
 }
 
@@ -103,11 +138,11 @@ func (p *Snapshot) Persist(sink raft.SnapshotSink) error {
 // Release does nothing: a Snapshot holds only memory.
 func (p *Snapshot) Release() {}
 
-// WriteTo writes the snapshot encoding to w and returns the number of bytes
-// written. Equal states give identical bytes.
+// WriteTo writes the snapshot encoding (version 2) to w and returns the
+// number of bytes written. Equal states give identical bytes.
 func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	p.sort()
-	e := &snapshotWriter{w: w, buf: make([]byte, 0, min(p.sizeHint(), snapshotChunk+2*MaxAddrLen+64))}
+	e := &snapshotWriter{w: w, buf: make([]byte, 0, min(p.sizeHint(), snapshotChunk+maxSnapshotEntry))}
 	e.buf = append(e.buf, snapshotMagic...)
 	e.buf = append(e.buf, snapshotVersion)
 	e.buf = binary.AppendUvarint(e.buf, p.applied)
@@ -129,6 +164,23 @@ func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		e.buf = appendMember(e.buf, m)
 		e.maybeFlush()
 	}
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(p.pauses)))
+	for _, kp := range p.pauses {
+		e.buf = appendString(e.buf, kp.key)
+		e.buf = binary.AppendVarint(e.buf, int64(kp.pause))
+		e.maybeFlush()
+	}
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(p.caps)))
+	for _, kc := range p.caps {
+		e.buf = appendString(e.buf, kc.key)
+		e.buf = binary.AppendVarint(e.buf, int64(kc.max))
+		e.maybeFlush()
+	}
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(p.slots)))
+	for _, hs := range p.slots {
+		e.buf = appendSlot(e.buf, hs.ID, hs.Slot)
+		e.maybeFlush()
+	}
 	e.flush()
 	if e.err == nil {
 		var trailer [4]byte
@@ -143,7 +195,7 @@ func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
 // buffer.
 func (p *Snapshot) sizeHint() int {
 	const varint = binary.MaxVarintLen64
-	n := len(snapshotMagic) + 1 + 4*varint + 4
+	n := len(snapshotMagic) + 1 + 7*varint + 4
 	for _, kl := range p.limits {
 		n += varint + len(kl.key) + 8 + varint
 	}
@@ -152,6 +204,15 @@ func (p *Snapshot) sizeHint() int {
 	}
 	for _, m := range p.members {
 		n += 2*varint + len(m.ID) + len(m.Addr) + 8
+	}
+	for _, kp := range p.pauses {
+		n += varint + len(kp.key) + varint
+	}
+	for _, kc := range p.caps {
+		n += varint + len(kc.key) + varint
+	}
+	for _, hs := range p.slots {
+		n += slotSize(hs.ID, hs.Slot)
 	}
 	return n
 }
@@ -191,9 +252,14 @@ func (e *snapshotWriter) write() {
 	e.buf = e.buf[:0]
 }
 
-// Restore replaces all of the state (limits, horizons, members and applied
-// index) with the snapshot read from r, which must be the exact output of
-// Snapshot.WriteTo or Persist and no larger than MaxSnapshotSize bytes.
+// Restore replaces all of the state (limits, horizons, members, pauses,
+// caps, slots and applied index) with the snapshot read from r, which must
+// be the exact output of Snapshot.WriteTo or Persist and no larger than
+// MaxSnapshotSize bytes.
+//
+// It also reads version-1 snapshots, written before pauses, caps and slots
+// existed: they restore with none of those. Snapshot writes version 2 only,
+// so a build that reads only version 1 cannot restore its snapshots.
 //
 // A snapshot that is not valid (bad magic or version, checksum mismatch,
 // truncation, trailing bytes, an invalid or out-of-order entry) gives an
@@ -201,8 +267,8 @@ func (e *snapshotWriter) write() {
 // wrapped. Either way the state is unchanged: Restore decodes into new
 // maps and swaps them in only when the whole snapshot is good.
 //
-// The node treats every horizon of a restored snapshot as applied at the
-// moment of restore.
+// The node treats every horizon, pause and slot of a restored snapshot as
+// applied at the moment of restore.
 func (s *State) Restore(r io.Reader) error {
 	data, err := io.ReadAll(io.LimitReader(r, int64(maxSnapshotRead)+1))
 	if err != nil {
@@ -215,6 +281,7 @@ func (s *State) Restore(r io.Reader) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.applied, s.limits, s.horizons, s.members = n.applied, n.limits, n.horizons, n.members
+	s.pauses, s.caps, s.slots = n.pauses, n.caps, n.slots
 	return nil
 }
 
@@ -229,14 +296,15 @@ func decodeSnapshot(data []byte) (*State, error) {
 	if len(data) > maxSnapshotRead {
 		return fail("larger than the maximum %d bytes (MaxSnapshotSize)", maxSnapshotRead)
 	}
-	if len(data) < header+3+trailer { // applied index and three counts: 1 byte each at least
+	if len(data) < header+3+trailer { // applied index and three counts (version 1): 1 byte each at least
 		return fail("%d bytes: too short", len(data))
 	}
 	if string(data[:len(snapshotMagic)]) != snapshotMagic {
 		return fail("magic %q: want %q", data[:len(snapshotMagic)], snapshotMagic)
 	}
-	if v := data[len(snapshotMagic)]; v != snapshotVersion {
-		return fail("version %d: this build reads version %d", v, snapshotVersion)
+	version := data[len(snapshotMagic)]
+	if version != snapshotV1 && version != snapshotVersion {
+		return fail("version %d: this build reads versions %d and %d", version, snapshotV1, snapshotVersion)
 	}
 	body := data[:len(data)-trailer]
 	want := binary.BigEndian.Uint32(data[len(data)-trailer:])
@@ -246,6 +314,17 @@ func decodeSnapshot(data []byte) (*State, error) {
 
 	d := &decoder{b: body, off: header}
 	st := New()
+	// end reports the first decoding error, or bytes left over after the
+	// last section of the version.
+	end := func() (*State, error) {
+		if d.err != nil {
+			return fail("%w", d.err)
+		}
+		if d.off != len(body) {
+			return fail("%d unexpected bytes before the checksum at offset %d", len(body)-d.off, d.off)
+		}
+		return st, nil
+	}
 	st.applied = d.uvarint("applied index")
 
 	// Minimum encoded sizes bound each count by the bytes that remain.
@@ -316,11 +395,79 @@ func decodeSnapshot(data []byte) (*State, error) {
 		st.members[m.ID], prev = m, m.ID
 	}
 
-	if d.err != nil {
-		return fail("%w", d.err)
+	if version == snapshotV1 {
+		return end() // no pauses, caps or slots: New left them empty
 	}
-	if d.off != len(body) {
-		return fail("%d unexpected bytes before the checksum at offset %d", len(body)-d.off, d.off)
+
+	// Version 2 adds three sections, bounded the same way.
+	const minPause = 1 + 1 + 1        // key length, 1-byte key, for
+	const minCap = 1 + 1 + 1          // key length, 1-byte key, max
+	const minSlot = 2 + 2 + 1 + 2 + 1 // id, holder, key count, one key, ttl
+
+	n = d.count("pauses", math.MaxInt, minPause)
+	if d.err == nil {
+		st.pauses = make(map[string]time.Duration, n)
 	}
-	return st, nil
+	for i := 0; i < n && d.err == nil; i++ {
+		key := d.str("pause key", MaxKeyLen)
+		pause := time.Duration(d.varint("pause for"))
+		if d.err != nil {
+			break
+		}
+		if err := validateKey(key); err != nil {
+			return fail("pause %d: %w", i, err)
+		}
+		if err := validatePause(pause); err != nil {
+			return fail("pause %d key %s: %w", i, quote(key), err)
+		}
+		if pause == 0 {
+			return fail("pause %d key %s: For 0s: a cleared pause is not stored (not canonical)", i, quote(key))
+		}
+		if i > 0 && key <= prev {
+			return fail("pause %d key %s: not after the previous key %s (keys must be sorted and unique)", i, quote(key), quote(prev))
+		}
+		st.pauses[key], prev = pause, key
+	}
+
+	n = d.count("caps", math.MaxInt, minCap)
+	if d.err == nil {
+		st.caps = make(map[string]int, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		key := d.str("cap key", MaxKeyLen)
+		most := d.int("cap max")
+		if d.err != nil {
+			break
+		}
+		if err := validateKey(key); err != nil {
+			return fail("cap %d: %w", i, err)
+		}
+		if err := validateCap(most); err != nil {
+			return fail("cap %d key %s: %w", i, quote(key), err)
+		}
+		if i > 0 && key <= prev {
+			return fail("cap %d key %s: not after the previous key %s (keys must be sorted and unique)", i, quote(key), quote(prev))
+		}
+		st.caps[key], prev = most, key
+	}
+
+	n = d.count("slots", math.MaxInt, minSlot)
+	if d.err == nil {
+		st.slots = make(map[string]Slot, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		id, sl := d.slot()
+		if d.err != nil {
+			break
+		}
+		if err := validateSlot(id, sl); err != nil {
+			return fail("slot %d: %w", i, err)
+		}
+		if i > 0 && id <= prev {
+			return fail("slot %d id %s: not after the previous id %s (ids must be sorted and unique)", i, quote(id), quote(prev))
+		}
+		st.slots[id], prev = sl, id
+	}
+
+	return end()
 }

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -26,24 +27,95 @@ func withCRC(body []byte) []byte {
 
 func TestSnapshot_GoldenEmpty(t *testing.T) {
 	got := snapshotBytes(t, New())
-	want := withCRC([]byte("RPSN\x01\x00\x00\x00\x00"))
+	want := withCRC([]byte("RPSN\x02\x00\x00\x00\x00\x00\x00\x00"))
 	if !bytes.Equal(got, want) {
 		t.Fatalf("empty snapshot = %x, want %x", got, want)
 	}
 }
 
-func TestSnapshot_Golden(t *testing.T) {
+// goldenV1 is a version-1 snapshot, as builds before pauses, caps and
+// slots wrote it, of the state goldenV1State builds.
+const goldenV1 = "RPSN\x01\x07" +
+	"\x02" + "\x01a" + "\x3f\xe0\x00\x00\x00\x00\x00\x00" + "\x02" + "\x01b" + "\x3f\xf0\x00\x00\x00\x00\x00\x00" + "\x04" +
+	"\x01" + "\x01z" + "\x02" +
+	"\x01" + "\x01n" + "\x03h:1" + "\x3f\xf0\x00\x00\x00\x00\x00\x00"
+
+func goldenV1State(t *testing.T) *State {
 	s := New()
 	mustApply(t, s, 3, SetLimit{Key: "b", Limit: lim(1, 2)})
 	mustApply(t, s, 4, SetLimit{Key: "a", Limit: lim(0.5, 1)})
 	mustApply(t, s, 5, horizons(HorizonEntry{"z", 1}))
 	mustApply(t, s, 7, UpsertMember{Member: Member{ID: "n", Addr: "h:1", Fraction: 1}})
-	body := []byte("RPSN\x01\x07" +
+	return s
+}
+
+func TestSnapshot_Golden(t *testing.T) {
+	s := goldenV1State(t)
+	mustApply(t, s, 8, SetPause{Key: "q", For: time.Second})
+	mustApply(t, s, 9, SetPause{Key: "p", For: 1})
+	mustApply(t, s, 10, SetCap{Key: "c", Max: 3})
+	mustApply(t, s, 11, AcquireSlots{ID: "t", Holder: "n", Keys: []string{"c"}, TTL: 2})
+	mustApply(t, s, 12, AcquireSlots{ID: "s", Holder: "m", Keys: []string{"b", "a"}, TTL: 1})
+	second := string(binary.AppendVarint(nil, int64(time.Second)))
+	body := []byte("RPSN\x02\x0c" +
 		"\x02" + "\x01a" + "\x3f\xe0\x00\x00\x00\x00\x00\x00" + "\x02" + "\x01b" + "\x3f\xf0\x00\x00\x00\x00\x00\x00" + "\x04" +
 		"\x01" + "\x01z" + "\x02" +
-		"\x01" + "\x01n" + "\x03h:1" + "\x3f\xf0\x00\x00\x00\x00\x00\x00")
+		"\x01" + "\x01n" + "\x03h:1" + "\x3f\xf0\x00\x00\x00\x00\x00\x00" +
+		// pauses sorted by key: p 1ns (zigzag 2), q 1s
+		"\x02" + "\x01p" + "\x02" + "\x01q" + second +
+		// caps: c 3 (zigzag 6)
+		"\x01" + "\x01c" + "\x06" +
+		// slots sorted by id; keys in the order of the command
+		"\x02" + "\x01s" + "\x01m" + "\x02" + "\x01b" + "\x01a" + "\x02" +
+		/*     */ "\x01t" + "\x01n" + "\x01" + "\x01c" + "\x04")
 	if got, want := snapshotBytes(t, s), withCRC(body); !bytes.Equal(got, want) {
 		t.Fatalf("snapshot =\n %x\nwant\n %x", got, want)
+	}
+}
+
+// TestState_RestoreV1 checks that version-1 snapshots still restore, with
+// no pauses, caps or slots, replacing any the state had.
+func TestState_RestoreV1(t *testing.T) {
+	want := goldenV1State(t)
+	if got := snapshotBytesV1(t, want); !bytes.Equal(got, withCRC([]byte(goldenV1))) {
+		t.Fatalf("snapshotBytesV1 = %x, want the golden %x", got, withCRC([]byte(goldenV1)))
+	}
+	s := New()
+	mustApply(t, s, 1, SetPause{Key: "p", For: time.Second})
+	mustApply(t, s, 2, SetCap{Key: "c", Max: 3})
+	mustApply(t, s, 3, AcquireSlots{ID: "s", Holder: "n", Keys: []string{"c"}, TTL: 1})
+	if err := s.Restore(bytes.NewReader(withCRC([]byte(goldenV1)))); err != nil {
+		t.Fatalf("Restore of the golden version-1 snapshot: %v", err)
+	}
+	assertSameState(t, s, want)
+	if len(s.Pauses())+len(s.Caps())+len(s.Slots()) != 0 {
+		t.Errorf("after restoring version 1: Pauses %v, Caps %v, Slots %v; want none", s.Pauses(), s.Caps(), s.Slots())
+	}
+	// The restored state writes version 2 and goes on applying new commands.
+	if got, want := snapshotBytes(t, s), upgradeV1(withCRC([]byte(goldenV1))); !bytes.Equal(got, want) {
+		t.Errorf("snapshot after a version-1 restore = %x, want %x", got, want)
+	}
+	mustApply(t, s, 8, SetCap{Key: "a", Max: 1})
+
+	// The property, on random states of the commands version 1 knew.
+	rng := newRand(12)
+	for range 100 {
+		src := New()
+		idx := uint64(0)
+		for range rng.IntN(60) {
+			c := randCommand(rng, []string{"a", "b", "c"})
+			switch c.(type) {
+			case SetPause, SetCap, DeleteCap, AcquireSlots, ReleaseSlots:
+				continue
+			}
+			idx++
+			mustApply(t, src, idx, c)
+		}
+		dst := randState(t, rng, 30)
+		if err := dst.Restore(bytes.NewReader(snapshotBytesV1(t, src))); err != nil {
+			t.Fatalf("Restore of a version-1 snapshot: %v", err)
+		}
+		assertSameState(t, dst, src)
 	}
 }
 
@@ -99,6 +171,20 @@ func TestState_SnapshotBytesEqual(t *testing.T) {
 		mustApply(t, a, idx, horizons(HorizonEntry{keys[i], time.Duration(i + 1)}))
 		idx++
 		mustApply(t, a, idx, UpsertMember{Member: Member{ID: keys[i], Addr: "h:1", Fraction: 1 / float64(i+1)}})
+		idx++
+		mustApply(t, a, idx, SetPause{Key: keys[i], For: time.Hour})
+		idx++
+		mustApply(t, a, idx, SetPause{Key: keys[i], For: time.Duration(i + 1)})
+		idx++
+		mustApply(t, a, idx, SetCap{Key: keys[i], Max: 1 + i})
+		idx++
+		mustApply(t, a, idx, AcquireSlots{ID: keys[i], Holder: "h", Keys: []string{keys[i], "x"}, TTL: time.Duration(i + 1)})
+		if i%2 == 0 { // churn: a slot acquired and released again
+			idx++
+			mustApply(t, a, idx, AcquireSlots{ID: "tmp-" + keys[i], Holder: "h", Keys: []string{"x"}, TTL: 1})
+			idx++
+			mustApply(t, a, idx, ReleaseSlots{IDs: []string{"tmp-" + keys[i]}})
+		}
 	}
 	idx2 := uint64(0)
 	for i := len(keys) - 1; i >= 0; i-- { // b: backward, directly
@@ -106,7 +192,13 @@ func TestState_SnapshotBytesEqual(t *testing.T) {
 		mustApply(t, b, idx2, SetLimit{Key: keys[i], Limit: lim(float64(i+1), 1+i)})
 		mustApply(t, b, idx2+1, horizons(HorizonEntry{keys[i], time.Duration(i + 1)}))
 		mustApply(t, b, idx2+2, UpsertMember{Member: Member{ID: keys[i], Addr: "h:1", Fraction: 1 / float64(i+1)}})
-		idx2 += 2
+		mustApply(t, b, idx2+3, SetPause{Key: keys[i], For: time.Duration(i + 1)})
+		mustApply(t, b, idx2+4, SetCap{Key: keys[i], Max: 1 + i})
+		mustApply(t, b, idx2+5, AcquireSlots{ID: keys[i], Holder: "h", Keys: []string{keys[i], "x"}, TTL: time.Duration(i + 1)})
+		idx2 += 5
+	}
+	if idx2 > idx {
+		t.Fatalf("b's index %d passed a's %d; the final step below must move both to the same index", idx2, idx)
 	}
 	idx++
 	mustApply(t, a, idx, DeleteLimit{Key: "absent"})
@@ -153,7 +245,10 @@ func TestState_RestoreCorrupt(t *testing.T) {
 	check("trailing byte", append(bytes.Clone(good), 0), "checksum mismatch")
 	check("empty", nil, "too short")
 	check("bad magic", withCRC([]byte("RPSX\x01\x00\x00\x00\x00")), `magic "RPSX"`)
-	check("bad version", withCRC([]byte("RPSN\x02\x00\x00\x00\x00")), "version 2")
+	check("version 0", withCRC([]byte("RPSN\x00\x00\x00\x00\x00\x00\x00\x00")), "version 0: this build reads versions 1 and 2")
+	check("version 3", withCRC([]byte("RPSN\x03\x00\x00\x00\x00\x00\x00\x00")), "version 3")
+	check("version 2 without its sections", withCRC([]byte("RPSN\x02\x00\x00\x00\x00")), "pauses count: truncated")
+	check("version 1 with empty version-2 sections", withCRC([]byte("RPSN\x01\x00\x00\x00\x00\x00\x00\x00")), "3 unexpected bytes")
 	check("bit flip in body", func() []byte { b := bytes.Clone(good); b[10] ^= 4; return b }(), "checksum mismatch")
 }
 
@@ -193,6 +288,73 @@ func TestState_RestoreInvalidContent(t *testing.T) {
 				t.Error("failed Restore changed the state")
 			}
 		})
+	}
+}
+
+// TestState_RestoreInvalidContentV2 does the same for the sections version 2
+// adds.
+func TestState_RestoreInvalidContentV2(t *testing.T) {
+	const empty = "\x01\x00\x00\x00" // applied 1; no limits, horizons or members
+	tests := []struct {
+		name string
+		body string // after "RPSN\x02" + empty
+		want []error
+		msgs []string
+	}{
+		{"unsorted pauses", "\x02\x01b\x02\x01a\x02\x00\x00", nil, []string{`pause 1 key "a": not after the previous key "b"`}},
+		{"duplicate pauses", "\x02\x01a\x02\x01a\x02\x00\x00", nil, []string{"sorted and unique"}},
+		{"zero pause", "\x01\x01a\x00\x00\x00", nil, []string{`pause 0 key "a": For 0s: a cleared pause is not stored`}},
+		{"negative pause", "\x01\x01a\x01\x00\x00", nil, []string{"pause 0", "For -1ns"}},
+		{"invalid pause key", "\x01\x00\x02\x00\x00", []error{ErrInvalidKey}, []string{"pause 0", "must not be empty"}},
+		{"truncated pause", "\x01\x02aa", nil, []string{"pause for: truncated varint"}},
+		{"invalid cap key", "\x00\x01\x00\x02\x00", []error{ErrInvalidKey}, []string{"cap 0", "must not be empty"}},
+		{"truncated cap", "\x00\x01\x02aa", nil, []string{"cap max: truncated varint"}},
+		{"unsorted caps", "\x00\x02\x01b\x02\x01a\x02\x00", nil, []string{`cap 1 key "a": not after the previous key "b"`}},
+		{"zero cap", "\x00\x01\x01a\x00\x00", nil, []string{`cap 0 key "a": Max 0: must be >= 1`}},
+		{"cap above max", "\x00\x01\x01a" + string(binary.AppendVarint(nil, MaxCap+1)) + "\x00", nil, []string{"MaxCap"}},
+		{"huge cap", "\x00\x01\x01a" + string(binary.AppendVarint(nil, math.MaxInt64)) + "\x00", nil, []string{"cap 0 key \"a\": Max"}},
+		{"unsorted slots", "\x00\x00\x02\x01t\x01n\x01\x01a\x02\x01s\x01n\x01\x01a\x02", nil, []string{`slot 1 id "s": not after the previous id "t"`}},
+		{"duplicate slots", "\x00\x00\x02\x01s\x01n\x01\x01a\x02\x01s\x01n\x01\x01a\x02", nil, []string{"sorted and unique"}},
+		{"slot without keys", "\x00\x00\x01\x03sss\x01n\x00\x02", nil, []string{"slot 0", "0 keys"}},
+		{"slot duplicate keys", "\x00\x00\x01\x01s\x01n\x02\x01a\x01a\x02", nil, []string{"slot 0", `keys 0 and 1: duplicate key "a"`}},
+		{"slot key count above max", "\x00\x00\x01\x01s\x01n\x11" + strings.Repeat("\x01a", 17) + "\x02", nil, []string{"Keys count 17", "maximum 16"}},
+		{"slot zero ttl", "\x00\x00\x01\x01s\x01n\x01\x01a\x00", nil, []string{"slot 0", "TTL 0s"}},
+		{"slot bad holder", "\x00\x00\x01\x01s\x02n \x01\x01a\x02", []error{ErrInvalidID}, []string{"slot 0", "Holder:", "whitespace"}},
+		{"slot empty id", "\x00\x00\x01\x00\x02nn\x01\x01a\x02", []error{ErrInvalidID}, []string{"slot 0", "ID:", "must not be empty"}},
+		{"huge slot count", "\x00\x00\xff\xff\xff\xff\x0f", nil, []string{"slots count 4294967295", "remain"}},
+		{"huge pause count", "\xff\xff\xff\xff\x0f\x00\x00", nil, []string{"pauses count 4294967295", "remain"}},
+		{"huge cap count", "\x00\xff\xff\xff\xff\x0f\x00", nil, []string{"caps count 4294967295", "remain"}},
+		{"slot shorter than any valid one", "\x00\x00\x01\x01s\x01n\x00\x02", nil, []string{"slots count 1", "needs at least 8 bytes each, only 6 remain"}},
+		{"truncated slot", "\x00\x00\x01\x03sss\x01n\x01\x01a", nil, []string{"TTL: truncated"}},
+		{"missing slots count", "\x00\x00", nil, []string{"slots count: truncated"}},
+		{"extra bytes", "\x00\x00\x00\x00", nil, []string{"1 unexpected bytes before the checksum"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New()
+			mustApply(t, s, 1, SetPause{Key: "keep", For: time.Second})
+			before := snapshotBytes(t, s)
+			err := s.Restore(bytes.NewReader(withCRC([]byte("RPSN\x02" + empty + tt.body))))
+			checkErr(t, err, append([]error{ErrInvalidSnapshot}, tt.want...), tt.msgs...)
+			if !bytes.Equal(snapshotBytes(t, s), before) {
+				t.Error("failed Restore changed the state")
+			}
+		})
+	}
+	// And the same prefix with valid sections restores.
+	ok := "\x01\x01a\x02" + "\x01\x01a\x02" + "\x01\x01s\x01n\x01\x01a\x02"
+	s := New()
+	if err := s.Restore(bytes.NewReader(withCRC([]byte("RPSN\x02" + empty + ok)))); err != nil {
+		t.Fatalf("Restore of a valid version-2 snapshot: %v", err)
+	}
+	if d, _ := s.Pause("a"); d != 1 {
+		t.Errorf("Pause(a) = %v, want 1ns", d)
+	}
+	if n, _ := s.Cap("a"); n != 1 {
+		t.Errorf("Cap(a) = %v, want 1", n)
+	}
+	if sl, _ := s.Slot("s"); !reflect.DeepEqual(sl, Slot{Holder: "n", Keys: []string{"a"}, TTL: 1}) {
+		t.Errorf("Slot(s) = %v", sl)
 	}
 }
 

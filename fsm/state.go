@@ -10,8 +10,9 @@ import (
 )
 
 // State is the replicated state of a raftpace cluster: the limit of each
-// key, the committed horizon of each key, the members and the index of the
-// last applied log entry.
+// key, the committed horizon of each key, the members, the refusal pause of
+// each key, the concurrency cap of each key, the held concurrency slots and
+// the index of the last applied log entry.
 //
 // Every replica that applies the same commands at the same indexes from the
 // same starting state holds the same State, and its Snapshot is the same
@@ -39,6 +40,43 @@ import (
 // deleted and created again cannot be granted slots that overlap ones
 // granted before the delete.
 //
+// # Pauses
+//
+// A key's pause is the For of the latest SetPause that named it, measured
+// like a horizon from each replica's own local time of applying the entry
+// (the node records that time; State stores only the duration; a restored
+// snapshot counts as applied at the moment of restore). A later entry
+// overwrites an earlier one, even with a smaller For, for the same reason
+// as horizons: the leader proposes For = (its current deadline for the key,
+// max the new hint) - proposal time, so the latest entry alone, measured
+// from any replica's later apply time, covers every earlier pause. For = 0
+// (the deadline has passed) removes the pause. A pause is independent of
+// the key's limit: DeleteLimit keeps it.
+//
+// # Concurrency slots
+//
+// A key's cap is the Max of the latest SetCap that named it, until a
+// DeleteCap. A slot is one held unit of concurrency: an ID, the member
+// holding it, the keys it counts against and a TTL measured, like a
+// horizon, from each replica's local apply time (or from restore).
+//
+// Apply does not enforce caps: whether a slot still counts against its
+// keys depends on whether its TTL has run out, which needs a clock, and
+// replicas measuring from different apply times would disagree, so a
+// check in Apply could accept an entry on one replica and refuse it on
+// another. The leader checks the cap against the live slots before it
+// proposes an AcquireSlots; the state only records what it decided. For
+// the same reason expired slots stay until a ReleaseSlots removes them.
+//
+// AcquireSlots of an ID that is already held changes nothing but
+// AppliedIndex, even if its other fields differ: a proposal retried after a
+// timeout may commit twice, and the second copy must neither add a slot nor
+// restart the first one's TTL. ReleaseSlots ignores ids that are not held,
+// for the same reason. Neither checks that Holder is a member or that a key
+// has a cap: either may have been removed while the entry was in flight,
+// and RemoveMember and DeleteCap leave held slots alone (the leader
+// releases them).
+//
 // The zero value is an empty State ready to use; New is the same. A State
 // is safe for concurrent use; Apply and Restore exclude every other method.
 type State struct {
@@ -47,6 +85,22 @@ type State struct {
 	limits   map[string]Limit
 	horizons map[string]time.Duration
 	members  map[string]Member
+	pauses   map[string]time.Duration // never holds 0: SetPause{For: 0} deletes
+	caps     map[string]int
+	slots    map[string]Slot // by ID; Keys slices are never modified once stored
+}
+
+// Slot is one held concurrency slot, as AcquireSlots recorded it.
+type Slot struct {
+	Holder string        // node id of the member holding the slot
+	Keys   []string      // the keys it counts against, in the order of the command
+	TTL    time.Duration // measured from each replica's apply: see State
+}
+
+// HeldSlot is a Slot with its ID, as State.Slots lists them.
+type HeldSlot struct {
+	ID string
+	Slot
 }
 
 // New returns an empty State.
@@ -55,6 +109,9 @@ func New() *State {
 		limits:   map[string]Limit{},
 		horizons: map[string]time.Duration{},
 		members:  map[string]Member{},
+		pauses:   map[string]time.Duration{},
+		caps:     map[string]int{},
+		slots:    map[string]Slot{},
 	}
 }
 
@@ -63,8 +120,11 @@ func New() *State {
 // again although Encode and Decode already did (defence in depth): an
 // invalid command is rejected with an error wrapping ErrInvalidCommand and
 // the field's sentinel. A rejected command changes nothing, not even
-// AppliedIndex. DeleteLimit of a key with no limit and RemoveMember of an
-// unknown id succeed and change only AppliedIndex.
+// AppliedIndex. DeleteLimit of a key with no limit, RemoveMember of an
+// unknown id, SetPause{For: 0} of a key with no pause, DeleteCap of a key
+// with no cap, AcquireSlots of an ID already held and ReleaseSlots of ids
+// not held succeed and change only AppliedIndex. Apply does not enforce
+// caps (see State).
 func (s *State) Apply(index uint64, c Command) error {
 	c, err := checkCommand(c)
 	if err != nil {
@@ -93,6 +153,24 @@ func (s *State) Apply(index uint64, c Command) error {
 		s.members[m.ID] = m
 	case RemoveMember:
 		delete(s.members, c.ID)
+	case SetPause:
+		if c.For == 0 {
+			delete(s.pauses, c.Key) // so equal states encode equally
+		} else {
+			s.pauses[c.Key] = c.For // overwrite, not max: see State
+		}
+	case SetCap:
+		s.caps[c.Key] = c.Max
+	case DeleteCap:
+		delete(s.caps, c.Key)
+	case AcquireSlots:
+		if _, held := s.slots[c.ID]; !held { // a retry changes nothing: see State
+			s.slots[c.ID] = Slot{Holder: c.Holder, Keys: slices.Clone(c.Keys), TTL: c.TTL}
+		}
+	case ReleaseSlots:
+		for _, id := range c.IDs {
+			delete(s.slots, id)
+		}
 	}
 	s.applied = index
 	return nil
@@ -108,6 +186,15 @@ func (s *State) init() {
 	}
 	if s.members == nil {
 		s.members = map[string]Member{}
+	}
+	if s.pauses == nil {
+		s.pauses = map[string]time.Duration{}
+	}
+	if s.caps == nil {
+		s.caps = map[string]int{}
+	}
+	if s.slots == nil {
+		s.slots = map[string]Slot{}
 	}
 }
 
@@ -148,6 +235,65 @@ func (s *State) Members() []Member {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return sortedMembers(s.members)
+}
+
+// Pause returns the refusal pause of key (the For of the latest SetPause
+// that named it, measured by the node from when it applied that entry) and
+// whether it has one.
+func (s *State) Pause(key string) (time.Duration, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	d, ok := s.pauses[key]
+	return d, ok
+}
+
+// Pauses returns a copy of every refusal pause by key.
+func (s *State) Pauses() map[string]time.Duration {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return copyMap(s.pauses)
+}
+
+// Cap returns the concurrency cap of key and whether it has one.
+func (s *State) Cap(key string) (int, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n, ok := s.caps[key]
+	return n, ok
+}
+
+// Caps returns a copy of every concurrency cap by key.
+func (s *State) Caps() map[string]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return copyMap(s.caps)
+}
+
+// Slot returns the held slot id and whether it is held. Its Keys are a
+// copy the caller may change.
+func (s *State) Slot(id string) (Slot, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sl, ok := s.slots[id]
+	if !ok {
+		return Slot{}, false
+	}
+	sl.Keys = slices.Clone(sl.Keys)
+	return sl, true
+}
+
+// Slots returns a copy of every held slot, sorted by ID, expired or not
+// (State has no clock: see State).
+func (s *State) Slots() []HeldSlot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]HeldSlot, 0, len(s.slots))
+	for id, sl := range s.slots {
+		sl.Keys = slices.Clone(sl.Keys)
+		out = append(out, HeldSlot{ID: id, Slot: sl})
+	}
+	slices.SortFunc(out, func(a, b HeldSlot) int { return strings.Compare(a.ID, b.ID) })
+	return out
 }
 
 // AppliedIndex returns the log index of the last command applied, or of the

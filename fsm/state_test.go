@@ -147,6 +147,126 @@ func TestState_ApplyMembers(t *testing.T) {
 	}
 }
 
+func TestState_ApplyPauses(t *testing.T) {
+	s := New()
+	run(t, s, []step{
+		{1, SetPause{Key: "a", For: time.Minute}, nil},
+		{2, SetPause{Key: "b", For: time.Second}, nil},
+		// The latest entry wins even when smaller: overwrite, not max.
+		{3, SetPause{Key: "a", For: 5 * time.Second}, nil},
+		// For 0 clears the pause; clearing a key without one is a no-op.
+		{4, SetPause{Key: "b", For: 0}, nil},
+		{5, SetPause{Key: "never-paused", For: 0}, nil},
+		{6, &SetPause{Key: "c", For: MaxPause}, nil},
+		// A pause is independent of the key's limit.
+		{7, SetLimit{Key: "a", Limit: lim(1, 1)}, nil},
+		{8, DeleteLimit{Key: "a"}, nil},
+	})
+	want := map[string]time.Duration{"a": 5 * time.Second, "c": MaxPause}
+	if got := s.Pauses(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Pauses = %v, want %v", got, want)
+	}
+	if d, ok := s.Pause("a"); !ok || d != 5*time.Second {
+		t.Errorf("Pause(a) = %v, %v; want 5s, true", d, ok)
+	}
+	if d, ok := s.Pause("b"); ok {
+		t.Errorf("Pause(b) = %v after SetPause{For: 0}, want none", d)
+	}
+	s.Pauses()["a"] = time.Hour
+	if d, _ := s.Pause("a"); d != 5*time.Second {
+		t.Errorf("writing to the Pauses map changed the state: %v", d)
+	}
+	// A cleared pause leaves no trace: the state equals one that never had it.
+	a, b := New(), New()
+	mustApply(t, a, 1, SetPause{Key: "k", For: time.Second})
+	mustApply(t, a, 2, SetPause{Key: "k", For: 0})
+	mustApply(t, b, 2, DeleteCap{Key: "k"})
+	assertSameState(t, a, b)
+}
+
+func TestState_ApplyCaps(t *testing.T) {
+	s := New()
+	run(t, s, []step{
+		{1, SetCap{Key: "a", Max: 10}, nil},
+		{2, SetCap{Key: "b", Max: 1}, nil},
+		{3, SetCap{Key: "a", Max: 3}, nil}, // replace, even with a smaller cap
+		{4, DeleteCap{Key: "b"}, nil},
+		{5, DeleteCap{Key: "never-capped"}, nil},
+		{6, &SetCap{Key: "c", Max: MaxCap}, nil},
+	})
+	want := map[string]int{"a": 3, "c": MaxCap}
+	if got := s.Caps(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Caps = %v, want %v", got, want)
+	}
+	if n, ok := s.Cap("a"); !ok || n != 3 {
+		t.Errorf("Cap(a) = %v, %v; want 3, true", n, ok)
+	}
+	if n, ok := s.Cap("b"); ok {
+		t.Errorf("Cap(b) = %v after DeleteCap, want none", n)
+	}
+	s.Caps()["a"] = 99
+	if n, _ := s.Cap("a"); n != 3 {
+		t.Errorf("writing to the Caps map changed the state: %v", n)
+	}
+}
+
+func TestState_ApplySlots(t *testing.T) {
+	s := New()
+	keys := []string{"a", "b"}
+	run(t, s, []step{
+		{1, SetCap{Key: "a", Max: 1}, nil},
+		{2, AcquireSlots{ID: "s1", Holder: "n1", Keys: keys, TTL: time.Minute}, nil},
+		// Apply does not enforce caps: the leader does (see State).
+		{3, AcquireSlots{ID: "s2", Holder: "n2", Keys: []string{"a"}, TTL: time.Second}, nil},
+		// A retry of s1 with other fields changes nothing but the index.
+		{4, AcquireSlots{ID: "s1", Holder: "n9", Keys: []string{"z"}, TTL: time.Hour}, nil},
+		// Neither the holder nor a key needs to exist.
+		{5, &AcquireSlots{ID: "s3", Holder: "gone", Keys: []string{"no-cap"}, TTL: MaxSlotTTL}, nil},
+		// Unknown ids are ignored.
+		{6, ReleaseSlots{IDs: []string{"s2", "never-held"}}, nil},
+		{7, ReleaseSlots{IDs: []string{"s2"}}, nil},
+		// Deleting a cap or a member leaves the slots alone.
+		{8, DeleteCap{Key: "a"}, nil},
+		{9, RemoveMember{ID: "n1"}, nil},
+	})
+	if got := s.AppliedIndex(); got != 9 {
+		t.Errorf("AppliedIndex = %d, want 9", got)
+	}
+	want := []HeldSlot{
+		{ID: "s1", Slot: Slot{Holder: "n1", Keys: []string{"a", "b"}, TTL: time.Minute}},
+		{ID: "s3", Slot: Slot{Holder: "gone", Keys: []string{"no-cap"}, TTL: MaxSlotTTL}},
+	}
+	if got := s.Slots(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Slots = %v, want %v", got, want)
+	}
+	if sl, ok := s.Slot("s1"); !ok || !reflect.DeepEqual(sl, want[0].Slot) {
+		t.Errorf("Slot(s1) = %v, %v; want %v, true", sl, ok, want[0].Slot)
+	}
+	if sl, ok := s.Slot("s2"); ok {
+		t.Errorf("Slot(s2) = %v after ReleaseSlots, want none", sl)
+	}
+
+	// The state keeps its own copy of Keys: neither the command's slice
+	// nor the slices the accessors return reach it.
+	keys[0] = "changed"
+	sl, _ := s.Slot("s1")
+	sl.Keys[1] = "changed"
+	s.Slots()[0].Keys[0] = "changed"
+	if got := s.Slots(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after writing to Keys slices: Slots = %v, want %v", got, want)
+	}
+
+	mustApply(t, s, 10, ReleaseSlots{IDs: []string{"s3", "s1"}})
+	if got := s.Slots(); len(got) != 0 {
+		t.Errorf("Slots after releasing all = %v, want none", got)
+	}
+	// A released id may be acquired again.
+	mustApply(t, s, 11, AcquireSlots{ID: "s1", Holder: "n2", Keys: []string{"c"}, TTL: 1})
+	if sl, ok := s.Slot("s1"); !ok || sl.Holder != "n2" {
+		t.Errorf("Slot(s1) after re-acquire = %v, %v; want holder n2", sl, ok)
+	}
+}
+
 func TestState_ApplyRejects(t *testing.T) {
 	s := New()
 	run(t, s, []step{
@@ -163,6 +283,17 @@ func TestState_ApplyRejects(t *testing.T) {
 		{4, horizons(HorizonEntry{"a", 1}, HorizonEntry{"a", 2}), []error{ErrInvalidCommand}},
 		{4, UpsertMember{Member: Member{ID: "n1", Addr: "h:1", Fraction: 1.01}}, []error{ErrInvalidCommand, ErrInvalidMember}},
 		{4, RemoveMember{ID: ""}, []error{ErrInvalidCommand, ErrInvalidID}},
+		{4, SetPause{Key: "a", For: -time.Second}, []error{ErrInvalidCommand}},
+		{4, SetPause{Key: "a", For: MaxPause + 1}, []error{ErrInvalidCommand}},
+		{4, SetCap{Key: "a", Max: 0}, []error{ErrInvalidCommand}},
+		{4, SetCap{Key: "", Max: 1}, []error{ErrInvalidCommand, ErrInvalidKey}},
+		{4, DeleteCap{Key: ""}, []error{ErrInvalidCommand, ErrInvalidKey}},
+		{4, AcquireSlots{ID: "s", Holder: "n1", Keys: []string{"a", "a"}, TTL: 1}, []error{ErrInvalidCommand}},
+		{4, AcquireSlots{ID: "s", Holder: "", Keys: []string{"a"}, TTL: 1}, []error{ErrInvalidCommand, ErrInvalidID}},
+		{4, AcquireSlots{ID: "s", Holder: "n1", Keys: []string{"a"}, TTL: MaxSlotTTL + 1}, []error{ErrInvalidCommand}},
+		{4, ReleaseSlots{}, []error{ErrInvalidCommand}},
+		{4, ReleaseSlots{IDs: []string{"s", "s"}}, []error{ErrInvalidCommand}},
+		{4, (*AcquireSlots)(nil), []error{ErrInvalidCommand}},
 		{4, nil, []error{ErrInvalidCommand}},
 		{4, (*DeleteLimit)(nil), []error{ErrInvalidCommand}},
 		// Stale or repeated index.
@@ -180,19 +311,33 @@ func TestState_ApplyRejects(t *testing.T) {
 // TestState_ZeroValue checks that a zero State works like New().
 func TestState_ZeroValue(t *testing.T) {
 	var s State
-	if s.Limits() == nil || s.Horizons() == nil {
+	if s.Limits() == nil || s.Horizons() == nil || s.Pauses() == nil || s.Caps() == nil {
 		t.Error("copies of a zero State are nil maps")
 	}
-	if len(s.Members()) != 0 || s.AppliedIndex() != 0 {
+	if len(s.Members()) != 0 || len(s.Slots()) != 0 || s.AppliedIndex() != 0 {
 		t.Error("zero State not empty")
 	}
-	mustApply(t, &s, 1, SetLimit{Key: "a", Limit: lim(1, 1)})
-	mustApply(t, &s, 2, horizons(HorizonEntry{"a", 1}))
-	mustApply(t, &s, 3, UpsertMember{Member: Member{ID: "n", Addr: "h:1"}})
+	if _, ok := s.Slot("s"); ok {
+		t.Error("zero State holds a slot")
+	}
+	cmds := []Command{
+		SetLimit{Key: "a", Limit: lim(1, 1)},
+		horizons(HorizonEntry{"a", 1}),
+		UpsertMember{Member: Member{ID: "n", Addr: "h:1"}},
+		SetPause{Key: "a", For: 1},
+		SetCap{Key: "a", Max: 1},
+		AcquireSlots{ID: "s", Holder: "n", Keys: []string{"a"}, TTL: 1},
+	}
+	// Each kind of command must work as the first on a zero State.
+	for _, c := range cmds {
+		var z State
+		mustApply(t, &z, 1, c)
+	}
 	want := New()
-	mustApply(t, want, 1, SetLimit{Key: "a", Limit: lim(1, 1)})
-	mustApply(t, want, 2, horizons(HorizonEntry{"a", 1}))
-	mustApply(t, want, 3, UpsertMember{Member: Member{ID: "n", Addr: "h:1"}})
+	for i, c := range cmds {
+		mustApply(t, &s, uint64(i+1), c)
+		mustApply(t, want, uint64(i+1), c)
+	}
 	assertSameState(t, &s, want)
 }
 
@@ -237,6 +382,12 @@ func TestState_Concurrent(t *testing.T) {
 				s.Horizon("a")
 				s.Horizons()
 				s.Members()
+				s.Pause("a")
+				s.Pauses()
+				s.Cap("a")
+				s.Caps()
+				s.Slot("slot-1")
+				s.Slots()
 				s.AppliedIndex()
 				if _, err := s.Snapshot().WriteTo(discard{}); err != nil {
 					t.Error(err)

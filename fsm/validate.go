@@ -24,6 +24,16 @@ const (
 	MaxSnapshotSize   = 256 << 20 // bytes State.Restore reads at most
 )
 
+// Bounds on pauses, caps and slots, part of the replicated contract like
+// the ones above.
+const (
+	MaxPause      = 24 * time.Hour // largest SetPause.For
+	MaxCap        = 1_000_000      // largest SetCap.Max: slots held on a key at once
+	MaxSlotKeys   = 16             // keys in one AcquireSlots
+	MaxSlotTTL    = time.Hour      // largest AcquireSlots.TTL
+	MaxReleaseIDs = 4096           // slot ids in one ReleaseSlots
+)
+
 const (
 	quoteMax         = 48               // bytes of a bad key quoted in an error
 	maxExactQuotient = float64(1 << 52) // see Limit.Interval
@@ -294,4 +304,103 @@ func validateAhead(d time.Duration) error {
 		return fmt.Errorf("Ahead %v: must be > 0 and <= %v (MaxHorizonAhead)", d, MaxHorizonAhead)
 	}
 	return nil
+}
+
+// validatePause checks one SetPause.For (0 clears the pause).
+func validatePause(d time.Duration) error {
+	if d < 0 || d > MaxPause {
+		return fmt.Errorf("For %v: must be >= 0 and <= %v (MaxPause)", d, MaxPause)
+	}
+	return nil
+}
+
+// validateCap checks one SetCap.Max.
+func validateCap(n int) error {
+	switch {
+	case n < 1:
+		return fmt.Errorf("Max %d: must be >= 1", n)
+	case n > MaxCap:
+		return fmt.Errorf("Max %d: must be <= %d (MaxCap)", n, MaxCap)
+	}
+	return nil
+}
+
+// validateTTL checks one AcquireSlots.TTL.
+func validateTTL(d time.Duration) error {
+	if d <= 0 || d > MaxSlotTTL {
+		return fmt.Errorf("TTL %v: must be > 0 and <= %v (MaxSlotTTL)", d, MaxSlotTTL)
+	}
+	return nil
+}
+
+// validateSlot checks the fields of a held slot, from an AcquireSlots or a
+// snapshot, and reports every problem at once (errors.Join).
+func validateSlot(id string, sl Slot) error {
+	var errs []error
+	if err := validateName(ErrInvalidID, id, MaxIDLen); err != nil {
+		errs = append(errs, fmt.Errorf("ID: %w", err))
+	}
+	if err := validateName(ErrInvalidID, sl.Holder, MaxIDLen); err != nil {
+		errs = append(errs, fmt.Errorf("Holder: %w", err))
+	}
+	if err := validateSlotKeys(sl.Keys); err != nil {
+		errs = append(errs, err)
+	}
+	if err := validateTTL(sl.TTL); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func validateSlotKeys(keys []string) error {
+	if len(keys) == 0 || len(keys) > MaxSlotKeys {
+		return fmt.Errorf("%d keys: must be 1..%d (MaxSlotKeys)", len(keys), MaxSlotKeys)
+	}
+	for i, k := range keys {
+		if err := validateKey(k); err != nil {
+			return fmt.Errorf("key %d: %w", i, err)
+		}
+	}
+	if i, j, ok := firstDuplicate(keys, func(k string) string { return k }); ok {
+		return fmt.Errorf("keys %d and %d: duplicate key %s: the keys of a slot must be unique", i, j, quote(keys[j]))
+	}
+	return nil
+}
+
+func validateReleaseIDs(ids []string) error {
+	if len(ids) == 0 || len(ids) > MaxReleaseIDs {
+		return fmt.Errorf("%d ids: must be 1..%d (MaxReleaseIDs)", len(ids), MaxReleaseIDs)
+	}
+	for i, id := range ids {
+		if err := validateName(ErrInvalidID, id, MaxIDLen); err != nil {
+			return fmt.Errorf("id %d: %w", i, err)
+		}
+	}
+	if i, j, ok := firstDuplicate(ids, func(id string) string { return id }); ok {
+		return fmt.Errorf("ids %d and %d: duplicate id %s: ids must be unique within one command", i, j, quote(ids[j]))
+	}
+	return nil
+}
+
+// firstDuplicate returns the indexes i < j of the first element (by j) whose
+// name repeats an earlier one.
+func firstDuplicate[E any](es []E, name func(E) string) (i, j int, ok bool) {
+	if len(es) <= 16 { // quadratic beats a map for small batches
+		for j := 1; j < len(es); j++ {
+			for i := 0; i < j; i++ {
+				if name(es[i]) == name(es[j]) {
+					return i, j, true
+				}
+			}
+		}
+		return 0, 0, false
+	}
+	seen := make(map[string]int, len(es))
+	for j, e := range es {
+		if i, dup := seen[name(e)]; dup {
+			return i, j, true
+		}
+		seen[name(e)] = j
+	}
+	return 0, 0, false
 }

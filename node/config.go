@@ -81,6 +81,13 @@ type Config struct {
 	FallbackFor time.Duration
 	// ReapMargin is the leader's extra wait before reaping (default 5s).
 	ReapMargin time.Duration
+	// MaxSlotTTL is the longest a concurrency slot may be held (default
+	// 30s): AcquireSlots refuses a longer ttl. It also sets when a member in
+	// fallback may start granting slots from its fraction of a cap: only
+	// once every slot the leader granted before the member's share lapsed
+	// has surely expired, i.e. MaxSlotTTL into fallback (DESIGN 5 for
+	// slots; node/DESIGN.md).
+	MaxSlotTTL time.Duration
 	// PostgresURL, when set, links the node to Postgres (DESIGN 6): the
 	// leader checkpoints limits, members and horizons there; a cluster
 	// started with empty data dirs restores them; nodes publish their
@@ -160,6 +167,7 @@ const (
 	defaultShareTTL     = 2 * time.Second
 	defaultFallbackFor  = 60 * time.Second
 	defaultReapMargin   = 10 * time.Second
+	defaultMaxSlotTTL   = 30 * time.Second
 )
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
@@ -190,6 +198,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReapMargin == 0 {
 		c.ReapMargin = defaultReapMargin
+	}
+	if c.MaxSlotTTL == 0 {
+		c.MaxSlotTTL = defaultMaxSlotTTL
 	}
 	if c.CheckpointEvery == 0 {
 		c.CheckpointEvery = 5 * time.Second
@@ -275,6 +286,9 @@ func (c Config) validate() error {
 	}
 	if c.ReapMargin < time.Second {
 		bad("ReapMargin", c.ReapMargin, "must be at least 1s")
+	}
+	if c.MaxSlotTTL < 10*time.Millisecond || c.MaxSlotTTL > fsm.MaxSlotTTL {
+		bad("MaxSlotTTL", c.MaxSlotTTL, fmt.Sprintf("must be 10ms..%v", fsm.MaxSlotTTL))
 	}
 	if c.LeaseSpan < time.Millisecond || c.LeaseSpan*2 >= c.HorizonAhead {
 		bad("LeaseSpan", c.LeaseSpan, "must be at least 1ms and less than HorizonAhead/2")

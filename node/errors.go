@@ -43,3 +43,63 @@ func (e *LimitExceededError) Error() string {
 }
 
 func (e *LimitExceededError) Unwrap() error { return ErrLimitExceeded }
+
+var (
+	// ErrPaused: the key is paused (a remote side refused and said when to
+	// come back, see Node.Pause) for longer than the caller's maximum wait.
+	// Nothing was consumed and nothing was sent. A *PausedError carries the
+	// remaining pause; it also matches ErrLimitExceeded, since a caller that
+	// sheds on one should shed on the other.
+	ErrPaused = errors.New("paused")
+	// ErrConcurrencyLimit: every slot of a key's concurrency cap stayed in
+	// use for the caller's whole maximum wait.
+	ErrConcurrencyLimit = errors.New("concurrency limit")
+	// ErrPolicyConflict: Register found the key already set to other values.
+	ErrPolicyConflict = errors.New("policy conflict")
+)
+
+// PausedError is returned when a key's pause outlasts the caller's maximum
+// wait. Remaining is the pause left when the request was refused, as this
+// node measured it.
+type PausedError struct {
+	Key       string
+	Remaining time.Duration
+	MaxWait   time.Duration
+}
+
+func (e *PausedError) Error() string {
+	return fmt.Sprintf("node: %q is paused for another %v (maximum wait %v)", e.Key, e.Remaining.Round(time.Millisecond), e.MaxWait)
+}
+
+// Is makes a PausedError match both ErrPaused and ErrLimitExceeded.
+func (e *PausedError) Is(target error) bool {
+	return target == ErrPaused || target == ErrLimitExceeded
+}
+
+// ConcurrencyLimitError is returned when no slot of Keys' caps came free
+// within the caller's maximum wait. Full names the keys whose caps were full
+// at the last attempt.
+type ConcurrencyLimitError struct {
+	Keys    []string
+	Full    []string
+	MaxWait time.Duration
+}
+
+func (e *ConcurrencyLimitError) Error() string {
+	return fmt.Sprintf("node: acquire slot on %q: concurrency limit: %q full for the maximum wait %v", e.Keys, e.Full, e.MaxWait)
+}
+
+func (e *ConcurrencyLimitError) Unwrap() error { return ErrConcurrencyLimit }
+
+// PolicyConflictError is returned by Register when the cluster already
+// holds other values for the key. Nothing was changed.
+type PolicyConflictError struct {
+	Key                 string
+	Registered, Current string
+}
+
+func (e *PolicyConflictError) Error() string {
+	return fmt.Sprintf("node: register %q: policy conflict: registering %s, but the cluster has %s (change it with `raftpace limit set` or `raftpace slots set`)", e.Key, e.Registered, e.Current)
+}
+
+func (e *PolicyConflictError) Unwrap() error { return ErrPolicyConflict }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,15 @@ type fallback struct {
 	lastTry   int64 // last attempt to (re)join the pool from local pacing
 	fraction  func() float64
 	announced Mode
+	// slots granted in fallback from this node's fraction of each cap
+	// (slots.go); slotEnd is when the last of them ends.
+	slots   map[string]localSlot
+	slotEnd int64
+}
+
+type localSlot struct {
+	keys    []string
+	expires int64
 }
 
 func newFallback(n *Node) *fallback {
@@ -170,7 +180,7 @@ func (fb *fallback) renew() shareAnswer {
 	now := fb.n.now()
 	var busy int64
 	if m := Mode(fb.mode.Load()); m != ModeRaft || now >= fb.promiseAt() {
-		end := max(fb.lastSlot+int64(fb.n.cfg.UseGrace), fb.poolUntil)
+		end := max(fb.lastSlot+int64(fb.n.cfg.UseGrace), fb.poolUntil, fb.slotEnd)
 		if end > now {
 			busy = end - now
 		}
@@ -395,4 +405,84 @@ func (fb *fallback) leavePoolAsync() {
 			n.log.Debug("leave pool", "err", err)
 		}
 	}()
+}
+
+// acquireSlots grants a slot on every key from this node's fraction of
+// their caps, if the node is in fallback, has been for MaxSlotTTL (every
+// slot the leader granted before this node's share lapsed has expired), and
+// each key has room. The slot ends by the time fallback stops. errNotLeader:
+// back in raft mode. ErrConcurrencyLimit: no room (yet); the caller waits.
+func (fb *fallback) acquireSlots(id string, keys []string, ttl time.Duration) (Slot, []string, error) {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	now := fb.n.now()
+	switch fb.advanceLocked(now) {
+	case ModeRaft:
+		return Slot{}, nil, errNotLeader
+	case ModeStopped:
+		return Slot{}, nil, fmt.Errorf("node: acquire slots %q: %w", keys, ErrStopped)
+	}
+	if from := fb.since + int64(fb.n.cfg.MaxSlotTTL); now < from {
+		return Slot{}, keys, fmt.Errorf("%w: in fallback, this node grants slots from its fraction of the caps only from %v after losing its leader (Config.MaxSlotTTL), %v from now",
+			ErrConcurrencyLimit, fb.n.cfg.MaxSlotTTL, time.Duration(from-now).Round(time.Millisecond))
+	}
+	f := fb.fraction()
+	var full []string
+	for _, key := range keys {
+		c, ok := fb.n.state.Cap(key)
+		if !ok {
+			return Slot{}, nil, fmt.Errorf("node: acquire slot %q: %w: no concurrency cap is set for it", key, ErrUnknownKey)
+		}
+		room := int(math.Floor(f * float64(c)))
+		inUse := 0
+		for _, s := range fb.slots {
+			if s.expires > now && slices.Contains(s.keys, key) {
+				inUse++
+			}
+		}
+		if inUse >= room {
+			full = append(full, key)
+		}
+	}
+	if len(full) > 0 {
+		return Slot{}, full, fmt.Errorf("%w: in fallback, this node's fraction %.3f of the caps of %q is in use", ErrConcurrencyLimit, f, full)
+	}
+	end := min(now+int64(ttl), fb.promiseAt()+int64(fb.n.cfg.FallbackFor))
+	if end <= now {
+		return Slot{}, nil, fmt.Errorf("node: acquire slots %q: %w", keys, ErrStopped)
+	}
+	if fb.slots == nil {
+		fb.slots = make(map[string]localSlot)
+	}
+	for sid, s := range fb.slots {
+		if s.expires <= now {
+			delete(fb.slots, sid)
+		}
+	}
+	fb.slots[id] = localSlot{keys: keys, expires: end}
+	fb.slotEnd = max(fb.slotEnd, end)
+	return Slot{ID: id, Keys: keys, Deadline: fb.n.epoch.Add(time.Duration(end))}, nil, nil
+}
+
+// releaseSlot gives back a fallback slot. slotEnd stays: the leader keeps
+// this node's floor free until then, which only under-admits.
+func (fb *fallback) releaseSlot(id string) {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	delete(fb.slots, id)
+}
+
+// localSlotsInUse counts the fallback slots held per key.
+func (fb *fallback) localSlotsInUse(now int64) map[string]int {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	out := make(map[string]int)
+	for _, s := range fb.slots {
+		if s.expires > now {
+			for _, k := range s.keys {
+				out[k]++
+			}
+		}
+	}
+	return out
 }

@@ -2,7 +2,10 @@ package node
 
 import (
 	"io"
+	"maps"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -35,6 +38,21 @@ type fsmAdapter struct {
 	mu       sync.Mutex
 	horizons map[string]int64 // key -> local monotonic ns
 	applied  chan struct{}    // closed and replaced after every apply
+	// slots: every held concurrency slot, expiring TTL after this node
+	// applied (or restored) it; slotsCh is closed and replaced when one is
+	// taken or given back.
+	slots   map[string]heldSlot
+	slotsCh chan struct{}
+	// pauses: key -> local monotonic ns when its pause ends. Copy on write,
+	// so the check on every reservation takes no lock.
+	pauses atomic.Pointer[map[string]int64]
+}
+
+// heldSlot is a concurrency slot as this node measures it.
+type heldSlot struct {
+	holder  string
+	keys    []string
+	expires int64 // local monotonic ns
 }
 
 func newFSMAdapter(state *fsm.State, now func() int64) *fsmAdapter {
@@ -46,6 +64,8 @@ func newFSMAdapter(state *fsm.State, now func() int64) *fsmAdapter {
 		onMembers: func() {},
 		horizons:  make(map[string]int64),
 		applied:   make(chan struct{}),
+		slots:     make(map[string]heldSlot),
+		slotsCh:   make(chan struct{}),
 	}
 }
 
@@ -62,12 +82,26 @@ func (f *fsmAdapter) Apply(l *raft.Log) any {
 	now := f.now()
 	f.mu.Lock()
 	if err == nil {
-		if ext, ok := cmd.(fsm.ExtendHorizons); ok {
-			for _, e := range ext.Entries {
+		switch c := cmd.(type) {
+		case fsm.ExtendHorizons:
+			for _, e := range c.Entries {
 				if h := now + int64(e.Ahead); h > f.horizons[e.Key] {
 					f.horizons[e.Key] = h
 				}
 			}
+		case fsm.SetPause:
+			f.setPauseLocked(c.Key, now, c.For)
+		case fsm.AcquireSlots:
+			// A second entry for a held ID (a retried request) renews it:
+			// measured from this apply, it still ends after the holder's
+			// deadline, which is measured from the first request.
+			f.slots[c.ID] = heldSlot{holder: c.Holder, keys: c.Keys, expires: now + int64(c.TTL)}
+			f.slotsChangedLocked()
+		case fsm.ReleaseSlots:
+			for _, id := range c.IDs {
+				delete(f.slots, id)
+			}
+			f.slotsChangedLocked()
 		}
 	}
 	close(f.applied)
@@ -105,6 +139,18 @@ func (f *fsmAdapter) Restore(rc io.ReadCloser) error {
 			f.horizons[key] = h
 		}
 	}
+	// Pauses and slots restored count from now: later than they were
+	// measured anywhere else, so they can only last longer.
+	pauses := make(map[string]int64)
+	for key, d := range f.state.Pauses() {
+		pauses[key] = now + int64(d)
+	}
+	f.pauses.Store(&pauses)
+	f.slots = make(map[string]heldSlot)
+	for _, s := range f.state.Slots() {
+		f.slots[s.ID] = heldSlot{holder: s.Holder, keys: s.Keys, expires: now + int64(s.TTL)}
+	}
+	f.slotsChangedLocked()
 	close(f.applied)
 	f.applied = make(chan struct{})
 	f.mu.Unlock()
@@ -127,4 +173,61 @@ func (f *fsmAdapter) appliedCh() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.applied
+}
+
+// setPauseLocked records key's pause as ending d past now (d == 0 clears
+// it). The latest entry overwrites: the leader proposes the maximum of every
+// hint it has seen (see Node.Pause).
+func (f *fsmAdapter) setPauseLocked(key string, now int64, d time.Duration) {
+	old := f.pauses.Load()
+	next := make(map[string]int64)
+	if old != nil {
+		maps.Copy(next, *old)
+	}
+	if d == 0 {
+		delete(next, key)
+	} else {
+		next[key] = now + int64(d)
+	}
+	f.pauses.Store(&next)
+}
+
+// pauseEnd returns when key's pause ends on this node's clock, if it has one.
+func (f *fsmAdapter) pauseEnd(key string) (int64, bool) {
+	m := f.pauses.Load()
+	if m == nil || len(*m) == 0 {
+		return 0, false
+	}
+	end, ok := (*m)[key]
+	return end, ok
+}
+
+// pauseEnds returns every pause's end.
+func (f *fsmAdapter) pauseEnds() map[string]int64 {
+	m := f.pauses.Load()
+	if m == nil {
+		return map[string]int64{}
+	}
+	return maps.Clone(*m)
+}
+
+func (f *fsmAdapter) slotsChangedLocked() {
+	close(f.slotsCh)
+	f.slotsCh = make(chan struct{})
+}
+
+// slotView returns a copy of the held slots and a channel closed at the
+// next change.
+func (f *fsmAdapter) slotView() (map[string]heldSlot, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.slots), f.slotsCh
+}
+
+// slotHeld reports whether slot id is recorded, and its entry.
+func (f *fsmAdapter) slotHeld(id string) (heldSlot, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.slots[id]
+	return s, ok
 }

@@ -59,11 +59,18 @@ type Node struct {
 	closeErr  error
 
 	stats counters
+
+	pauseMu    sync.Mutex // leader: serialises pauses (the atomic maximum)
+	pausedHere localPauses
+	slotMu     sync.Mutex // leader: serialises slot grants against the caps
+	slotSeq    atomic.Uint64
+	slotNonce  string
 }
 
 type counters struct {
 	granted, refused, unknown, forwarded, lateGrants, forfeited, extensions, extendErrors atomic.Uint64
 	leases, leasedSlots, fallbackGrants                                                   atomic.Uint64
+	pauses, pausedRefusals, slotsAcquired, slotsRefused, slotsReleased, slotsExpired      atomic.Uint64
 }
 
 // New validates cfg, opens the data dir and starts the node: transport,
@@ -78,12 +85,15 @@ func New(cfg Config) (n *Node, err error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n = &Node{
-		cfg:    cfg,
-		log:    cfg.Logger.With("node", cfg.NodeID),
-		epoch:  time.Now(),
-		state:  fsm.New(),
-		ctx:    ctx,
-		cancel: cancel,
+		cfg:   cfg,
+		log:   cfg.Logger.With("node", cfg.NodeID),
+		epoch: time.Now(),
+		state: fsm.New(),
+		// Slot IDs must not repeat across restarts of this node: a fresh
+		// nonce per start, then a counter.
+		slotNonce: newSlotNonce(),
+		ctx:       ctx,
+		cancel:    cancel,
 	}
 	defer func() {
 		if err != nil {
@@ -125,7 +135,8 @@ func New(cfg Config) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n.wg.Add(4)
+	n.wg.Add(5)
+	go n.maintainLoop()
 	go n.extendLoop()
 	go n.reconcileLoop()
 	go n.shareLoop()
@@ -390,6 +401,9 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 		maxWait = 0
 	}
 	deadline := time.Now().Add(maxWait)
+	if err := n.gate(ctx, key, maxWait); err != nil {
+		return Reservation{}, err
+	}
 	for {
 		if n.closed() {
 			return Reservation{}, ErrClosed
@@ -761,6 +775,8 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 			msg = truncate(err.Error(), maxMsgLen)
 		}
 		return indexResp{Code: codeFor(err), Index: index, Msg: msg}.encode(), nil
+	case rpcPause, rpcAcquireSlots, rpcReleaseSlots, rpcSetCap:
+		return n.handleGateRPC(ctx, method, req)
 	case rpcRemoveServer:
 		m, err := decodeRemoveServerReq(req)
 		if err != nil {

@@ -159,6 +159,26 @@ func (s *shares) fraction(a, b int64) float64 {
 	return F
 }
 
+// unheld returns the fractions not held at now (each at the larger of its
+// committed and reported value); all of them when not leading.
+func (s *shares) unheld(now int64) []float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []float64
+	for id, committed := range s.fracs {
+		st := s.by[id]
+		f := committed
+		if st != nil && st.reported > f {
+			f = st.reported
+		}
+		if s.leading && st != nil && st.heldFrom <= now && now < st.heldUntil {
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
 // view lists the share states for status.
 func (s *shares) view() (held float64, members map[string]shareView) {
 	s.mu.Lock()

@@ -28,7 +28,23 @@ type Status struct {
 	AppliedIndex uint64         `json:"applied_index"`
 	Members      []MemberStatus `json:"members"`
 	Limits       []LimitStatus  `json:"limits"`
+	Pauses       []PauseStatus  `json:"pauses"`
+	Caps         []CapStatus    `json:"caps"`
 	Stats        Stats          `json:"stats"`
+}
+
+// PauseStatus is a key's pause in force, as this node measures it.
+type PauseStatus struct {
+	Key       string        `json:"key"`
+	Remaining time.Duration `json:"remaining_ns"`
+}
+
+// CapStatus is a key's concurrency cap and the slots held under it, as
+// this node measures them (SlotsInUse).
+type CapStatus struct {
+	Key   string `json:"key"`
+	Max   int    `json:"max"`
+	InUse int    `json:"in_use"`
 }
 
 // MemberStatus describes one member of raft's configuration (or a node
@@ -55,33 +71,45 @@ type LimitStatus struct {
 
 // Stats are the node's counters since it started.
 type Stats struct {
-	Granted      uint64 `json:"granted"`       // reservations granted to this node's callers
-	Refused      uint64 `json:"refused"`       // ErrLimitExceeded answers
-	UnknownKey   uint64 `json:"unknown_key"`   // ErrUnknownKey answers
-	Forwarded    uint64 `json:"forwarded"`     // reservations sent to the leader
-	LateGrants   uint64 `json:"late_grants"`   // forwarded grants that arrived after their UseBy, asked for again
-	Fallback     uint64 `json:"fallback"`      // reservations granted by this node's own fallback pacer
-	Forfeited    uint64 `json:"forfeited"`     // grants a caller could not use by their UseBy (see Forfeit)
-	Leases       uint64 `json:"leases"`        // leases this node received
-	LeasedSlots  uint64 `json:"leased_slots"`  // slots in them
-	Extensions   uint64 `json:"extensions"`    // horizon entries committed by this node as leader
-	ExtendErrors uint64 `json:"extend_errors"` // horizon entries that failed to commit
+	Granted        uint64 `json:"granted"`         // reservations granted to this node's callers
+	Refused        uint64 `json:"refused"`         // ErrLimitExceeded answers
+	UnknownKey     uint64 `json:"unknown_key"`     // ErrUnknownKey answers
+	Forwarded      uint64 `json:"forwarded"`       // reservations sent to the leader
+	LateGrants     uint64 `json:"late_grants"`     // forwarded grants that arrived after their UseBy, asked for again
+	Fallback       uint64 `json:"fallback"`        // reservations granted by this node's own fallback pacer
+	Forfeited      uint64 `json:"forfeited"`       // grants a caller could not use by their UseBy (see Forfeit)
+	Leases         uint64 `json:"leases"`          // leases this node received
+	LeasedSlots    uint64 `json:"leased_slots"`    // slots in them
+	Extensions     uint64 `json:"extensions"`      // horizon entries committed by this node as leader
+	ExtendErrors   uint64 `json:"extend_errors"`   // horizon entries that failed to commit
+	Pauses         uint64 `json:"pauses"`          // pauses this node committed as leader
+	PausedRefusals uint64 `json:"paused_refusals"` // reservations refused because a pause outlasted their max wait
+	SlotsAcquired  uint64 `json:"slots_acquired"`  // concurrency slots granted to this node's callers
+	SlotsRefused   uint64 `json:"slots_refused"`   // acquisitions that hit ErrConcurrencyLimit
+	SlotsReleased  uint64 `json:"slots_released"`  // slots this node's callers gave back
+	SlotsExpired   uint64 `json:"slots_expired"`   // slots this node reclaimed at their TTL as leader
 }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	return Stats{
-		Granted:      n.stats.granted.Load(),
-		Refused:      n.stats.refused.Load(),
-		UnknownKey:   n.stats.unknown.Load(),
-		Forwarded:    n.stats.forwarded.Load(),
-		LateGrants:   n.stats.lateGrants.Load(),
-		Fallback:     n.stats.fallbackGrants.Load(),
-		Forfeited:    n.stats.forfeited.Load(),
-		Leases:       n.stats.leases.Load(),
-		LeasedSlots:  n.stats.leasedSlots.Load(),
-		Extensions:   n.stats.extensions.Load(),
-		ExtendErrors: n.stats.extendErrors.Load(),
+		Granted:        n.stats.granted.Load(),
+		Refused:        n.stats.refused.Load(),
+		UnknownKey:     n.stats.unknown.Load(),
+		Forwarded:      n.stats.forwarded.Load(),
+		LateGrants:     n.stats.lateGrants.Load(),
+		Fallback:       n.stats.fallbackGrants.Load(),
+		Forfeited:      n.stats.forfeited.Load(),
+		Leases:         n.stats.leases.Load(),
+		LeasedSlots:    n.stats.leasedSlots.Load(),
+		Extensions:     n.stats.extensions.Load(),
+		ExtendErrors:   n.stats.extendErrors.Load(),
+		Pauses:         n.stats.pauses.Load(),
+		PausedRefusals: n.stats.pausedRefusals.Load(),
+		SlotsAcquired:  n.stats.slotsAcquired.Load(),
+		SlotsRefused:   n.stats.slotsRefused.Load(),
+		SlotsReleased:  n.stats.slotsReleased.Load(),
+		SlotsExpired:   n.stats.slotsExpired.Load(),
 	}
 }
 
@@ -140,5 +168,16 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		st.Limits = append(st.Limits, LimitStatus{Key: key, Rate: lim.Rate, Burst: lim.Burst, HorizonIn: v.HorizonIn, Backlog: v.Backlog})
 	}
 	sort.Slice(st.Limits, func(i, j int) bool { return st.Limits[i].Key < st.Limits[j].Key })
+	st.Pauses = []PauseStatus{}
+	for key, d := range n.Pauses() {
+		st.Pauses = append(st.Pauses, PauseStatus{Key: key, Remaining: d})
+	}
+	sort.Slice(st.Pauses, func(i, j int) bool { return st.Pauses[i].Key < st.Pauses[j].Key })
+	st.Caps = []CapStatus{}
+	inUse := n.SlotsInUse()
+	for key, c := range n.state.Caps() {
+		st.Caps = append(st.Caps, CapStatus{Key: key, Max: c, InUse: inUse[key]})
+	}
+	sort.Slice(st.Caps, func(i, j int) bool { return st.Caps[i].Key < st.Caps[j].Key })
 	return st, nil
 }

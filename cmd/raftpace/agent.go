@@ -54,6 +54,7 @@ counts at exit, and --timeline-buffer appends the timeline in batches.`
 
 // agentConfig is the agent's command line.
 type agentConfig struct {
+	gate                     gateLoadFlags
 	nodeID, dataDir          string
 	bind, advertise          string
 	gossipBind, gossipAdvert string
@@ -117,6 +118,7 @@ func agentFlags() (*flags, *agentConfig) {
 		"share-ttl", "fallback-for", "reap-margin", "postgres", "postgres-schema")
 	f.env["postgres"] = "RAFTPACE_POSTGRES_URL" // the name operators know from libpq-style setups
 	a.loadFlags.register(f, true)
+	a.gate.register(f)
 	return f, a
 }
 
@@ -245,6 +247,7 @@ func (a *agentConfig) validate() (node.Config, []loadSpec, error) {
 		bad(err)
 	}
 	specs := a.loadFlags.validate(bad)
+	a.gate.validate(bad)
 	if a.loadMode != "raft" && a.loadMode != "solo" {
 		bad(fmt.Errorf("--load-mode %q: must be raft or solo", a.loadMode))
 	}
@@ -434,6 +437,20 @@ func (c *cli) agent(name string, args []string) error {
 
 	loadCtx, stopLoad := context.WithCancel(c.ctx)
 	defer stopLoad()
+	if a.gate.policy != "" {
+		go func() {
+			if err := a.gate.registerPolicy(loadCtx, n, log); err != nil && loadCtx.Err() == nil {
+				log.Error("registering the policy file failed", "file", a.gate.policy, "err", err)
+			}
+		}()
+	}
+	var gateWait func() error
+	if a.gate.active() {
+		if gateWait, err = a.gate.run(loadCtx, n, log); err != nil {
+			c.shutdownHTTP(srv, log)
+			return fmt.Errorf("agent: %w", err)
+		}
+	}
 	var load *loadRun
 	if len(specs) > 0 {
 		var rec recorder = countOnly{}
@@ -460,6 +477,11 @@ func (c *cli) agent(name string, args []string) error {
 		result = fmt.Errorf("agent: admin API: %w", err)
 	}
 	stopLoad()
+	if gateWait != nil {
+		if err := gateWait(); err != nil {
+			result = errors.Join(result, fmt.Errorf("agent: --slot-log: %w", err))
+		}
+	}
 	if load != nil {
 		load.wait()
 		if err := a.writeReport(load, cfg.NodeID); err != nil {

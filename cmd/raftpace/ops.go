@@ -114,13 +114,21 @@ func printStatus(w io.Writer, st node.Status) {
 	fmt.Fprintf(w, "\nLimits (%d):\n", len(st.Limits))
 	if len(st.Limits) == 0 {
 		fmt.Fprintln(w, "(none set: raftpace limit set KEY --rate R)")
-		return
+	} else {
+		lims := make(map[string]fsm.Limit, len(st.Limits))
+		for _, l := range st.Limits {
+			lims[l.Key] = fsm.Limit{Rate: l.Rate, Burst: l.Burst}
+		}
+		printLimits(w, lims)
 	}
-	lims := make(map[string]fsm.Limit, len(st.Limits))
-	for _, l := range st.Limits {
-		lims[l.Key] = fsm.Limit{Rate: l.Rate, Burst: l.Burst}
+	if len(st.Pauses) > 0 {
+		fmt.Fprintf(w, "\nPauses (%d):\n", len(st.Pauses))
+		printPauses(w, st.Pauses)
 	}
-	printLimits(w, lims)
+	if len(st.Caps) > 0 {
+		fmt.Fprintf(w, "\nConcurrency caps (%d):\n", len(st.Caps))
+		printCaps(w, st.Caps)
+	}
 }
 
 // printLimits prints an aligned table of limits sorted by key.

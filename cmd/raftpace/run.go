@@ -26,6 +26,8 @@ Daemon:
 Operator (talks to an agent's admin API at --addr, default 127.0.0.1:7402):
   status    show the cluster as the agent sees it: leader, members, limits
   limit     set, get or list limits: limit set KEY --rate R [--burst B]
+  pause     pause a key fleet-wide, as after a 429: pause KEY --for 15s
+  slots     set, delete or list concurrency caps: slots set KEY --max N
   join      tell the agent to join cluster members at their gossip addresses
   leave     make the agent leave the cluster and exit
 
@@ -62,6 +64,8 @@ var commands = []command{
 	{"demo", (*cli).demo},
 	{"status", (*cli).status},
 	{"limit", (*cli).limit},
+	{"pause", (*cli).pause},
+	{"slots", (*cli).slots},
 	{"join", (*cli).join},
 	{"leave", (*cli).leave},
 	{"check", (*cli).check},

@@ -31,6 +31,8 @@ type fakeNode struct {
 	err      error
 	lastCtx  context.Context
 	leaveErr error
+	pauses   map[string]time.Duration
+	caps     map[string]int
 }
 
 func newFake() *fakeNode {

@@ -12,6 +12,12 @@
 //	GET  /v1/limits/KEY    {"key":"KEY","rate":R,"burst":B}
 //	PUT  /v1/limits/KEY    body {"rate":R,"burst":B}; burst defaults to 1.
 //	                       Answers like GET once the limit is committed.
+//	POST /v1/pauses/KEY    body {"for":"15s"}: pause KEY fleet-wide (a longer
+//	                       pause in force stays); answers {"key":"KEY",
+//	                       "remaining":"15s","remaining_ns":N}
+//	GET  /v1/caps          {"caps":{"KEY":N,...}}
+//	PUT  /v1/caps/KEY      body {"max":N}: KEY's fleet-wide concurrency cap
+//	DELETE /v1/caps/KEY    removes the cap
 //	POST /v1/join          body {"addrs":["host:port",...]} (gossip
 //	                       addresses); answers {"contacted":N}
 //	POST /v1/leave         the node leaves the cluster (raft and gossip)

@@ -23,6 +23,7 @@ type Node interface {
 	Limits(ctx context.Context) (map[string]fsm.Limit, error)
 	Join(ctx context.Context, addrs []string) (int, error)
 	Leave(ctx context.Context) error
+	gateNode
 }
 
 const (
@@ -93,6 +94,9 @@ type handler struct {
 // paths (a key ".." would be redirected away) and answers errors in text.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
+	if h.serveGate(w, r) {
+		return
+	}
 	switch {
 	case path == "/v1/status":
 		if allow(w, r, http.MethodGet) {
@@ -289,7 +293,7 @@ func StatusFor(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, node.ErrUnknownKey):
 		return http.StatusNotFound
-	case errors.Is(err, node.ErrNoLeader), errors.Is(err, node.ErrClosed),
+	case errors.Is(err, node.ErrNoLeader), errors.Is(err, node.ErrClosed), errors.Is(err, node.ErrStopped),
 		errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable
 	default:

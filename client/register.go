@@ -1,0 +1,90 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node"
+)
+
+// Register declares, at start-up, the limit this worker expects for key.
+// If the cluster has no limit for key it sets lim; if it already has lim,
+// Register does nothing; if it has other values, Register changes nothing
+// and returns a *PolicyConflictError (matching ErrPolicyConflict) naming
+// both, as "rate=R/s burst=B". An operator changes a registered limit with
+// SetLimit (`raftpace limit set`), not by registering other values.
+//
+// After setting, Register reads the limit back and reports a conflict if a
+// concurrent registration of other values won. The cluster has no
+// compare-and-set, so two registrations racing closely may both return nil
+// with the later one's values in force; registrations that agree are
+// always safe.
+func (c *Client) Register(ctx context.Context, key string, lim Limit) error {
+	if err := lim.Validate(); err != nil {
+		return fmt.Errorf("client: register %q: %w: %w", key, ErrInvalidRequest, err)
+	}
+	cur, err := c.b.Limit(ctx, key)
+	switch {
+	case err == nil:
+		return limitConflict(key, lim, cur)
+	case !errors.Is(err, ErrUnknownKey):
+		return fmt.Errorf("client: register %q: %w", key, err)
+	}
+	if err := c.b.SetLimit(ctx, key, lim); err != nil {
+		return fmt.Errorf("client: register %q: %w", key, err)
+	}
+	cur, err = c.b.Limit(ctx, key)
+	if err != nil {
+		// Deleted between the two calls, or ctx ended: not a conflict.
+		return fmt.Errorf("client: register %q: reading it back: %w", key, err)
+	}
+	return limitConflict(key, lim, cur)
+}
+
+// RegisterCap declares, at start-up, the concurrency cap this worker
+// expects for key, like Register: it sets max if the cluster has no cap for
+// key, does nothing if it has max, and returns a *PolicyConflictError
+// ("max=N") if it has another.
+func (c *Client) RegisterCap(ctx context.Context, key string, max int) error {
+	if max < 1 || max > fsm.MaxCap {
+		return fmt.Errorf("client: register cap %q: %w: max %d must be 1..%d", key, ErrInvalidRequest, max, fsm.MaxCap)
+	}
+	cur, err := c.b.Cap(ctx, key)
+	switch {
+	case err == nil:
+		return capConflict(key, max, cur)
+	case !errors.Is(err, ErrUnknownKey):
+		return fmt.Errorf("client: register cap %q: %w", key, err)
+	}
+	if err := c.b.SetCap(ctx, key, max); err != nil {
+		return fmt.Errorf("client: register cap %q: %w", key, err)
+	}
+	cur, err = c.b.Cap(ctx, key)
+	if err != nil {
+		return fmt.Errorf("client: register cap %q: reading it back: %w", key, err)
+	}
+	return capConflict(key, max, cur)
+}
+
+func limitConflict(key string, want, cur Limit) error {
+	if want == cur {
+		return nil
+	}
+	return &node.PolicyConflictError{Key: key, Registered: formatLimit(want), Current: formatLimit(cur)}
+}
+
+func capConflict(key string, want, cur int) error {
+	if want == cur {
+		return nil
+	}
+	return &node.PolicyConflictError{Key: key, Registered: formatCap(want), Current: formatCap(cur)}
+}
+
+func formatLimit(l Limit) string {
+	return "rate=" + strconv.FormatFloat(l.Rate, 'g', -1, 64) + "/s burst=" + strconv.Itoa(l.Burst)
+}
+
+func formatCap(max int) string { return "max=" + strconv.Itoa(max) }

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node"
+)
+
+// ---- pause ----------------------------------------------------------------
+
+func (c *cli) pause(name string, args []string) error {
+	f := newFlags("pause", "KEY --for DURATION [flags]",
+		"Pauses KEY for the whole fleet: no event of KEY is admitted anywhere until\nthe pause ends, as when a provider answered 429 with Retry-After. A longer\npause already in force stays; the pause in force is printed.")
+	o := addAdminFlags(f)
+	d := f.Duration("for", 0, "how long, a `DURATION` like 15s (required, at most 24h)")
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	key, err := oneKey(f, pos)
+	if err != nil {
+		return err
+	}
+	if *d <= 0 || *d > fsm.MaxPause {
+		return f.usageError("--for must be a duration in (0, %v], like 15s", fsm.MaxPause)
+	}
+	ctx, cancel := o.context(c)
+	defer cancel()
+	rem, err := o.client().Pause(ctx, key, *d)
+	if err != nil {
+		return fmt.Errorf("pause %q: %w", key, err)
+	}
+	fmt.Fprintf(c.stdout, "%s: paused for %v\n", key, rem.Round(time.Millisecond))
+	return nil
+}
+
+// ---- slots ----------------------------------------------------------------
+
+const slotsUsage = `Usage: raftpace slots set KEY --max N [flags]
+       raftpace slots delete KEY [flags]
+       raftpace slots list [--json] [flags]
+
+Sets, removes or lists fleet-wide concurrency caps, through the agent at
+--addr: at most N slots of KEY are held at once across the whole fleet
+(AcquireSlot in the client library; the HTTP transport takes one per
+request). 'raftpace status' shows the slots in use.
+`
+
+func (c *cli) slots(name string, args []string) error {
+	if len(args) == 0 {
+		return &usageError{cmd: "slots", msg: "missing subcommand: set, delete or list", usage: slotsUsage}
+	}
+	switch args[0] {
+	case "set":
+		return c.slotsSet(args[1:])
+	case "delete", "rm":
+		return c.slotsDelete(args[1:])
+	case "list", "ls":
+		return c.slotsList(args[1:])
+	case "help", "-h", "--help":
+		fmt.Fprint(c.stdout, slotsUsage)
+		return errHelp
+	}
+	return &usageError{cmd: "slots", msg: fmt.Sprintf("unknown subcommand %q: want set, delete or list", args[0]), usage: slotsUsage}
+}
+
+func (c *cli) slotsSet(args []string) error {
+	f := newFlags("slots set", "KEY --max N [flags]", "Sets KEY's fleet-wide concurrency cap: at most N slots held at once.")
+	o := addAdminFlags(f)
+	maxS := f.String("max", "", "most slots held at once across the fleet, `N` in 1..1000000 (required)")
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	key, err := oneKey(f, pos)
+	if err != nil {
+		return err
+	}
+	if *maxS == "" {
+		return f.usageError("--max is required")
+	}
+	m, err := strconv.Atoi(strings.TrimSpace(*maxS))
+	if err != nil || m < 1 || m > fsm.MaxCap {
+		return f.usageError("--max: %q is not a whole number in 1..%d", *maxS, fsm.MaxCap)
+	}
+	ctx, cancel := o.context(c)
+	defer cancel()
+	if err := o.client().SetCap(ctx, key, m); err != nil {
+		return fmt.Errorf("slots set %q: %w", key, err)
+	}
+	fmt.Fprintf(c.stdout, "%s: at most %d at once\n", key, m)
+	return nil
+}
+
+func (c *cli) slotsDelete(args []string) error {
+	f := newFlags("slots delete", "KEY [flags]", "Removes KEY's concurrency cap (slots held stay until released or expired).")
+	o := addAdminFlags(f)
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	key, err := oneKey(f, pos)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := o.context(c)
+	defer cancel()
+	if err := o.client().DeleteCap(ctx, key); err != nil {
+		return fmt.Errorf("slots delete %q: %w", key, err)
+	}
+	fmt.Fprintf(c.stdout, "%s: no cap\n", key)
+	return nil
+}
+
+func (c *cli) slotsList(args []string) error {
+	f := newFlags("slots list", "[--json] [flags]", "Prints every cap and the slots in use, sorted by key.")
+	o := addAdminFlags(f)
+	asJSON := f.Bool("json", false, `print the caps as in the status document: [{"key":..,"max":..,"in_use":..}]`)
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	if err := f.noArgs(pos); err != nil {
+		return err
+	}
+	ctx, cancel := o.context(c)
+	defer cancel()
+	st, err := o.client().Status(ctx)
+	if err != nil {
+		return fmt.Errorf("slots list: %w", err)
+	}
+	if *asJSON {
+		return printJSON(c.stdout, st.Caps)
+	}
+	if len(st.Caps) == 0 {
+		fmt.Fprintln(c.stdout, "(no caps set: raftpace slots set KEY --max N)")
+		return nil
+	}
+	printCaps(c.stdout, st.Caps)
+	return nil
+}
+
+func printCaps(w io.Writer, caps []node.CapStatus) {
+	sort.Slice(caps, func(i, j int) bool { return caps[i].Key < caps[j].Key })
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tMAX\tIN USE")
+	for _, c := range caps {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", c.Key, c.Max, c.InUse)
+	}
+	tw.Flush()
+}
+
+func printPauses(w io.Writer, pauses []node.PauseStatus) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tREMAINING")
+	for _, p := range pauses {
+		fmt.Fprintf(tw, "%s\t%v\n", p.Key, p.Remaining.Round(100*time.Millisecond))
+	}
+	tw.Flush()
+}

@@ -1,0 +1,109 @@
+package admin_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/raftpace/raftpace/internal/admin"
+	"github.com/raftpace/raftpace/node"
+)
+
+func (f *fakeNode) Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error) {
+	if err := f.record(ctx); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pauses == nil {
+		f.pauses = map[string]time.Duration{}
+	}
+	f.pauses[key] = max(f.pauses[key], d)
+	return f.pauses[key], nil
+}
+
+func (f *fakeNode) SetCap(ctx context.Context, key string, max int) error {
+	if err := f.record(ctx); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.caps == nil {
+		f.caps = map[string]int{}
+	}
+	f.caps[key] = max
+	return nil
+}
+
+func (f *fakeNode) DeleteCap(ctx context.Context, key string) error {
+	if err := f.record(ctx); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.caps, key)
+	return nil
+}
+
+func (f *fakeNode) Caps(ctx context.Context) (map[string]int, error) {
+	if err := f.record(ctx); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range f.caps {
+		out[k] = v
+	}
+	return out, nil
+}
+
+func TestHandler_GateRoutes(t *testing.T) {
+	f := newFake()
+	srv, cl := newServer(t, f)
+	tests := []struct {
+		method, path, body string
+		code               int
+		want               string
+	}{
+		{"POST", "/v1/pauses/acme", `{"for":"15s"}`, 200, `"remaining":"15s"`},
+		{"POST", "/v1/pauses/acme", `{"for":"5s"}`, 200, `"remaining":"15s"`}, // the longer stays
+		{"POST", "/v1/pauses/acme", `{"for":"soon"}`, 400, `must be a duration`},
+		{"POST", "/v1/pauses/acme", `{"for":"-1s"}`, 400, `must be a duration`},
+		{"POST", "/v1/pauses/acme", `{"for":"48h"}`, 400, `must be a duration`},
+		{"POST", "/v1/pauses/acme", `{"for":"1s","x":1}`, 400, `unknown field`},
+		{"GET", "/v1/pauses/acme", ``, 405, `method`},
+		{"PUT", "/v1/caps/llm", `{"max":5}`, 200, `"max":5`},
+		{"PUT", "/v1/caps/llm", `{"max":0}`, 400, `must be 1..1000000`},
+		{"PUT", "/v1/caps/llm", `{}`, 400, `must be 1..1000000`},
+		{"GET", "/v1/caps", ``, 200, `"llm":5`},
+		{"DELETE", "/v1/caps/llm", ``, 200, `"key":"llm"`},
+		{"GET", "/v1/caps", ``, 200, `"caps":{}`},
+	}
+	for _, tt := range tests {
+		code, body := call(t, srv, tt.method, tt.path, tt.body)
+		if code != tt.code || !strings.Contains(body, tt.want) {
+			t.Errorf("%s %s %s: %d %s; want %d containing %q", tt.method, tt.path, tt.body, code, body, tt.code, tt.want)
+		}
+	}
+	ctx := context.Background()
+	if rem, err := cl.Pause(ctx, "acme", time.Second); err != nil || rem != 15*time.Second {
+		t.Errorf("client Pause = %v, %v", rem, err)
+	}
+	if err := cl.SetCap(ctx, "llm", 7); err != nil {
+		t.Fatal(err)
+	}
+	if caps, err := cl.Caps(ctx); err != nil || caps["llm"] != 7 {
+		t.Errorf("client Caps = %v, %v", caps, err)
+	}
+	f.mu.Lock()
+	f.err = node.ErrNoLeader
+	f.mu.Unlock()
+	var ae *admin.Error
+	if _, err := cl.Pause(ctx, "acme", time.Second); !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("pause without a leader: %v, want a 503", err)
+	}
+}

@@ -1,0 +1,221 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftpace/raftpace/fsm"
+)
+
+// The refusal gate: when a remote side refuses (429, 503) and says when to
+// come back, one worker records a pause for the key and every worker in the
+// fleet holds off until it ends.
+//
+// A pause is replicated through raft as a duration, measured by each node
+// from its own apply of the entry (fsm.SetPause), so no host's wall clock
+// is trusted and a follower's pause ends no earlier than the leader's. It is
+// an atomic maximum: the leader serialises every pause under one lock and
+// proposes a new entry only when the hint reaches past the deadline already
+// in force, so a shorter hint arriving later never shortens a longer pause,
+// and of two concurrent hints the later deadline stays. An expired pause is
+// cleared by the leader (an entry with For 0), so a snapshot restored later
+// does not resurrect it.
+//
+// The node that records a pause holds its own callers off at once, before
+// the entry commits, and keeps doing so if no leader can be reached: the
+// caller hears about the failure, and this node at least obeys the refusal
+// it saw.
+
+// localPauses are pauses this node recorded itself, in force at once.
+type localPauses struct {
+	mu  sync.Mutex
+	end map[string]int64 // key -> node monotonic ns
+}
+
+func (lp *localPauses) extend(key string, end int64) {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	if lp.end == nil {
+		lp.end = make(map[string]int64)
+	}
+	lp.end[key] = max(lp.end[key], end)
+}
+
+func (lp *localPauses) get(key string, now int64) int64 {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	end, ok := lp.end[key]
+	if ok && end <= now {
+		delete(lp.end, key)
+		return 0
+	}
+	return end
+}
+
+// Pause records a refusal of key for d: no event of key is admitted by any
+// node of the fleet until the pause ends. If a longer pause is already in
+// force it stays; Pause returns the remaining pause in force after the call
+// (as the leader measured it). d must be in (0, fsm.MaxPause].
+//
+// When Pause returns nil, every later Reserve on this node sees the pause,
+// and every other node sees it once it applies the entry (milliseconds).
+// On an error (no leader before ctx ended) this node still holds its own
+// callers off for d.
+func (n *Node) Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error) {
+	if err := fsm.ValidateKey(key); err != nil {
+		return 0, fmt.Errorf("node: pause: %w: %w", ErrInvalidRequest, err)
+	}
+	if d <= 0 || d > fsm.MaxPause {
+		return 0, fmt.Errorf("node: pause %q: %w: duration %v must be in (0, %v]", key, ErrInvalidRequest, d, fsm.MaxPause)
+	}
+	n.pausedHere.extend(key, n.now()+int64(d))
+	backoff := time.Millisecond
+	for {
+		if n.closed() {
+			return 0, ErrClosed
+		}
+		remaining, index, err := n.pauseOnce(ctx, key, d)
+		if err == nil {
+			if index > 0 {
+				if err := n.waitApplied(ctx, index); err != nil {
+					return remaining, err
+				}
+			}
+			return remaining, nil
+		}
+		if !retryable(err) {
+			return 0, err
+		}
+		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
+			return 0, fmt.Errorf("node: pause %q: %w: %w (this node holds off for %v anyway)", key, ErrNoLeader, err, d)
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+func (n *Node) pauseOnce(ctx context.Context, key string, d time.Duration) (time.Duration, uint64, error) {
+	if n.raft.State() == raft.Leader {
+		return n.leaderPause(key, d)
+	}
+	addr, _ := n.raft.LeaderWithID()
+	if addr == "" {
+		return 0, 0, errRetry
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	raw, err := n.trans.Call(cctx, string(addr), rpcPause, pauseReq{Key: key, For: d}.encode())
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, 0, fmt.Errorf("node: pause %q: %w", key, ctx.Err())
+		}
+		return 0, 0, fmt.Errorf("%w: %w", errRetry, err)
+	}
+	resp, err := decodePauseResp(raw)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: %w", errRetry, err)
+	}
+	if err := errFor(resp.Code, resp.Msg); err != nil {
+		if errors.Is(err, errNotLeader) || resp.Code == codeUnavailable {
+			return 0, 0, fmt.Errorf("%w: %w", errRetry, err)
+		}
+		return 0, 0, fmt.Errorf("node: pause %q: %w", key, err)
+	}
+	return resp.Remaining, resp.Index, nil
+}
+
+// leaderPause is the atomic maximum. pauseMu is held across the commit, so
+// the deadline read here includes every earlier pause; the commit returns
+// only once this node applied the entry.
+func (n *Node) leaderPause(key string, d time.Duration) (time.Duration, uint64, error) {
+	n.pauseMu.Lock()
+	defer n.pauseMu.Unlock()
+	now := n.now()
+	if end, ok := n.fsm.pauseEnd(key); ok && end >= now+int64(d) {
+		return time.Duration(end - now), 0, nil // a longer pause is in force
+	}
+	index, err := n.commit(&fsm.SetPause{Key: key, For: d}, 5*time.Second)
+	if err != nil {
+		return 0, 0, err
+	}
+	n.stats.pauses.Add(1)
+	n.log.Info("key paused for the fleet", "key", key, "for", d)
+	return d, index, nil
+}
+
+// clearExpiredPauses removes pauses that ended on the leader's clock.
+// Followers measured theirs from a later apply, so this ends them at most
+// their replication lag early, never before the leader's deadline.
+func (n *Node) clearExpiredPauses() {
+	n.pauseMu.Lock()
+	defer n.pauseMu.Unlock()
+	now := n.now()
+	for key, end := range n.fsm.pauseEnds() {
+		if end > now {
+			continue
+		}
+		if _, err := n.commit(&fsm.SetPause{Key: key, For: 0}, 5*time.Second); err != nil {
+			n.log.Debug("clearing an expired pause failed; will retry", "key", key, "err", err)
+			return
+		}
+	}
+}
+
+// PausedFor returns key's remaining pause on this node; 0 if none.
+func (n *Node) PausedFor(key string) time.Duration {
+	now := n.now()
+	end, _ := n.fsm.pauseEnd(key)
+	end = max(end, n.pausedHere.get(key, now))
+	if end <= now {
+		return 0
+	}
+	return time.Duration(end - now)
+}
+
+// Pauses returns every key's remaining pause on this node.
+func (n *Node) Pauses() map[string]time.Duration {
+	now := n.now()
+	out := make(map[string]time.Duration)
+	ends := n.fsm.pauseEnds()
+	n.pausedHere.mu.Lock()
+	maps.Copy(ends, maxEnds(ends, n.pausedHere.end))
+	n.pausedHere.mu.Unlock()
+	for key, end := range ends {
+		if end > now {
+			out[key] = time.Duration(end - now)
+		}
+	}
+	return out
+}
+
+func maxEnds(a, b map[string]int64) map[string]int64 {
+	out := maps.Clone(a)
+	for k, v := range b {
+		out[k] = max(out[k], v)
+	}
+	return out
+}
+
+// gate holds a reservation of key while it is paused, or returns a
+// *PausedError when the pause outlasts maxWait. Nothing is consumed.
+func (n *Node) gate(ctx context.Context, key string, maxWait time.Duration) error {
+	start := time.Now()
+	for {
+		p := n.PausedFor(key)
+		if p <= 0 {
+			return nil
+		}
+		if p > maxWait-time.Since(start) {
+			n.stats.pausedRefusals.Add(1)
+			return &PausedError{Key: key, Remaining: p, MaxWait: maxWait}
+		}
+		if err := sleepCtx(ctx, n.ctx, p); err != nil {
+			return fmt.Errorf("node: reserve %q: waiting out its pause: %w", key, err)
+		}
+	}
+}
