@@ -187,6 +187,7 @@ func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Durat
 			}
 			kl.mu.Unlock()
 			n.stats.granted.Add(1)
+			n.admittedHist.add(key, 1, time.Now())
 			return Reservation{At: n.epoch.Add(time.Duration(at)), UseBy: n.epoch.Add(time.Duration(useBy))}, nil
 		case tooFar:
 			kl.mu.Unlock()

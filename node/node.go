@@ -65,6 +65,10 @@ type Node struct {
 	slotMu     sync.Mutex // leader: serialises slot grants against the caps
 	slotSeq    atomic.Uint64
 	slotNonce  string
+
+	// admittedHist counts this node's grants to its callers, grantedHist
+	// (while it leads) the slots it granted to the fleet; see history.go.
+	admittedHist, grantedHist history
 }
 
 type counters struct {
@@ -102,6 +106,7 @@ func New(cfg Config) (n *Node, err error) {
 	}()
 	n.fsm = newFSMAdapter(n.state, n.now)
 	n.pacer = newPacer(n.now, cfg.HorizonAhead, cfg.LeaseSpan, n.fsm.horizon, n.state.Limits)
+	n.pacer.granted = func(key string, count int) { n.grantedHist.add(key, count, time.Now()) }
 	n.leases = newLeaseCache(n)
 	n.shares = newShares(n.now, cfg.ShareTTL)
 	n.pacer.share = n.shares.fraction
@@ -421,6 +426,7 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 				if err == nil {
 					n.stats.granted.Add(1)
 					n.stats.fallbackGrants.Add(1)
+					n.admittedHist.add(key, count, time.Now())
 				}
 				return r, err
 			}
@@ -476,6 +482,7 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 			r := Reservation{At: arrived.Add(wait), UseBy: sent.Add(wait + n.cfg.UseGrace)}
 			if !r.UseBy.Before(r.At) {
 				n.stats.granted.Add(1)
+				n.admittedHist.add(key, count, arrived)
 				return r, nil
 			}
 			n.stats.lateGrants.Add(1)

@@ -59,6 +59,8 @@ type pacer struct {
 	share   func(a, b int64) float64
 	tracked func(key string) (int64, bool) // the fsm adapter's local horizons
 	limits  func() map[string]fsm.Limit
+	// granted is told of every grant (outside mu), for the history.
+	granted func(key string, count int)
 
 	mu      sync.Mutex
 	leading bool
@@ -91,6 +93,7 @@ func newPacer(now func() int64, ahead, span time.Duration, tracked func(string) 
 		limits:  limits,
 		keys:    make(map[string]*keyState),
 		kick:    make(chan struct{}, 1),
+		granted: func(string, int) {},
 	}
 }
 
@@ -248,6 +251,7 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 				p.kickExtender()
 			}
 			p.mu.Unlock()
+			p.granted(key, count)
 			return wait, nil
 		}
 		if newTAT > ks.need {
@@ -351,6 +355,7 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 				p.kickExtender()
 			}
 			p.mu.Unlock()
+			p.granted(key, l.Count)
 			return l, nil
 		}
 		if tatp+T > ks.need {

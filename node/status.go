@@ -67,6 +67,12 @@ type LimitStatus struct {
 	Burst     int           `json:"burst"`
 	HorizonIn time.Duration `json:"horizon_in_ns,omitempty"`
 	Backlog   time.Duration `json:"backlog_ns,omitempty"`
+	// Admitted10s is the mean rate (events per second) this node granted to
+	// its own callers over the last 10 whole seconds; Granted10s, on the
+	// leader, the rate of slots it granted to the whole fleet (leased slots
+	// included, used or not), 0 on followers.
+	Admitted10s float64 `json:"admitted_10s"`
+	Granted10s  float64 `json:"granted_10s"`
 }
 
 // Stats are the node's counters since it started.
@@ -163,9 +169,11 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	}
 	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })
 	views := n.pacer.view()
+	now := time.Now()
 	for key, lim := range n.state.Limits() {
 		v := views[key]
-		st.Limits = append(st.Limits, LimitStatus{Key: key, Rate: lim.Rate, Burst: lim.Burst, HorizonIn: v.HorizonIn, Backlog: v.Backlog})
+		st.Limits = append(st.Limits, LimitStatus{Key: key, Rate: lim.Rate, Burst: lim.Burst, HorizonIn: v.HorizonIn, Backlog: v.Backlog,
+			Admitted10s: n.admittedHist.rate(key, now, 10), Granted10s: n.grantedHist.rate(key, now, 10)})
 	}
 	sort.Slice(st.Limits, func(i, j int) bool { return st.Limits[i].Key < st.Limits[j].Key })
 	st.Pauses = []PauseStatus{}

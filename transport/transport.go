@@ -33,6 +33,7 @@ const (
 	DefaultHandshakeTimeout = 5 * time.Second
 	DefaultIdleTimeout      = 2 * time.Minute
 	DefaultMaxConns         = 512
+	DefaultMaxConnsPerPeer  = 64
 )
 
 // Per-connection limits.
@@ -84,6 +85,13 @@ type Config struct {
 	// closed as soon as they are accepted, logged and counted. Default
 	// DefaultMaxConns (512).
 	MaxConns int
+	// MaxConnsPerPeer bounds the inbound connections open at once from one
+	// remote IP address, so one host flooding the port cannot take every
+	// MaxConns slot from the rest of the cluster. Connections beyond it are
+	// closed as soon as they are accepted, logged and counted. A peer needs
+	// a few (raft's pool and raftpace's RPC pool). Default
+	// DefaultMaxConnsPerPeer (64); at most MaxConns.
+	MaxConnsPerPeer int
 	// Logger receives the transport's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -104,6 +112,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxConnsPerPeer == 0 {
+		cfg.MaxConnsPerPeer = min(DefaultMaxConnsPerPeer, cfg.MaxConns)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -161,6 +172,9 @@ func (cfg Config) validate() error {
 	if cfg.IdleTimeout < 0 {
 		bad("IdleTimeout %v must not be negative", cfg.IdleTimeout)
 	}
+	if cfg.MaxConnsPerPeer < 0 || cfg.MaxConnsPerPeer > cfg.MaxConns {
+		bad("MaxConnsPerPeer %d must be 0 (default) or 1..MaxConns (%d)", cfg.MaxConnsPerPeer, cfg.MaxConns)
+	}
 	if cfg.MaxConns < 0 {
 		bad("MaxConns %d must not be negative", cfg.MaxConns)
 	}
@@ -184,6 +198,7 @@ type Transport struct {
 	mu       sync.Mutex
 	isClosed bool
 	conns    map[*trackedConn]struct{} // every open connection, both directions
+	perPeer  map[netip.Addr]int        // inbound connections open, by remote IP
 
 	wg        sync.WaitGroup // every goroutine the transport started
 	closeOnce sync.Once
@@ -296,6 +311,7 @@ type trackedConn struct {
 	net.Conn
 	t       *Transport
 	inbound bool
+	peer    netip.Addr // inbound: the remote IP counted in perPeer
 	once    sync.Once
 	err     error
 }
@@ -309,6 +325,18 @@ func (t *Transport) track(c net.Conn, inbound bool) (*trackedConn, error) {
 		t.mu.Unlock()
 		_ = c.Close()
 		return nil, ErrClosed
+	}
+	if inbound {
+		tc.peer = remoteIP(c)
+		if t.perPeer == nil {
+			t.perPeer = make(map[netip.Addr]int)
+		}
+		if t.perPeer[tc.peer] >= t.cfg.MaxConnsPerPeer {
+			t.mu.Unlock()
+			_ = c.Close()
+			return nil, errPeerLimit
+		}
+		t.perPeer[tc.peer]++
 	}
 	t.conns[tc] = struct{}{}
 	t.mu.Unlock()
@@ -326,6 +354,11 @@ func (c *trackedConn) Close() error {
 		c.err = c.Conn.Close()
 		c.t.mu.Lock()
 		delete(c.t.conns, c)
+		if c.inbound {
+			if c.t.perPeer[c.peer]--; c.t.perPeer[c.peer] <= 0 {
+				delete(c.t.perPeer, c.peer)
+			}
+		}
 		c.t.mu.Unlock()
 		if c.inbound {
 			c.t.stats.connsIn.Add(-1)
@@ -369,7 +402,14 @@ func (t *Transport) acceptLoop() {
 			_ = c.Close()
 			continue
 		}
+		remote := c.RemoteAddr().String()
 		tc, err := t.track(c, true)
+		if errors.Is(err, errPeerLimit) {
+			t.stats.rejectedPeer.Add(1)
+			t.log.Warn("transport: too many connections from one peer; closing new one",
+				"remote", remote, "max_conns_per_peer", t.cfg.MaxConnsPerPeer)
+			continue
+		}
 		if err != nil {
 			return
 		}
@@ -477,6 +517,9 @@ type Stats struct {
 	RejectedFrame uint64
 	// RejectedHandshake: no stream byte within HandshakeTimeout.
 	RejectedHandshake uint64
+	// RejectedPeer: accepted while MaxConnsPerPeer connections from the
+	// same IP were open.
+	RejectedPeer uint64
 
 	// ConnsIn and ConnsOut are the connections open now, raft and RPC.
 	ConnsIn, ConnsOut int64
@@ -493,6 +536,7 @@ type Stats struct {
 
 type counters struct {
 	accepted, rejectedStream, rejectedConns, rejectedFrame, rejectedHandshake atomic.Uint64
+	rejectedPeer                                                              atomic.Uint64
 	connsIn, connsOut                                                         atomic.Int64
 	dials, dialErrors                                                         atomic.Uint64
 	callsIn, handlerErrors                                                    atomic.Uint64
@@ -508,6 +552,7 @@ func (t *Transport) Stats() Stats {
 		RejectedConns:     c.rejectedConns.Load(),
 		RejectedFrame:     c.rejectedFrame.Load(),
 		RejectedHandshake: c.rejectedHandshake.Load(),
+		RejectedPeer:      c.rejectedPeer.Load(),
 		ConnsIn:           c.connsIn.Load(),
 		ConnsOut:          c.connsOut.Load(),
 		Dials:             c.dials.Load(),
@@ -517,7 +562,7 @@ func (t *Transport) Stats() Stats {
 		CallsOut:          c.callsOut.Load(),
 		CallErrors:        c.callErrors.Load(),
 	}
-	s.Rejected = s.RejectedStream + s.RejectedConns + s.RejectedFrame + s.RejectedHandshake
+	s.Rejected = s.RejectedStream + s.RejectedConns + s.RejectedFrame + s.RejectedHandshake + s.RejectedPeer
 	return s
 }
 
@@ -531,4 +576,15 @@ func (t *Transport) dialer() *net.Dialer {
 		d.LocalAddr = &net.TCPAddr{IP: a.IP}
 	}
 	return d
+}
+
+// errPeerLimit: a peer already has MaxConnsPerPeer inbound connections.
+var errPeerLimit = errors.New("transport: too many connections from one peer")
+
+// remoteIP is the connection's remote IP (unmapped), or the zero Addr.
+func remoteIP(c net.Conn) netip.Addr {
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return ta.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
 }
