@@ -154,7 +154,8 @@ func (c *Client) Wait(ctx context.Context, key string) error { return c.WaitN(ct
 // context ends while waiting, the reserved events are forfeited (never
 // handed to another caller), and WaitN returns the context's error. If this
 // goroutine wakes too late to use its slot (past UseBy: an overloaded host),
-// it forfeits the slot and reserves again.
+// it forfeits the slot and reserves again; so it does if the key was paused
+// (Pause) while it slept.
 func (c *Client) WaitN(ctx context.Context, key string, n int) error {
 	var deadline time.Time
 	if dl, ok := ctx.Deadline(); ok {
@@ -180,6 +181,12 @@ func (c *Client) WaitN(ctx context.Context, key string, n int) error {
 				c.b.Forfeit(r)
 				return fmt.Errorf("client: wait %q: %w", key, ctx.Err())
 			}
+		}
+		// A refusal may have paused the key while this caller slept: its
+		// slot then goes unused, and Reserve holds it until the pause ends.
+		if c.b.PausedFor(key) > 0 {
+			c.b.Forfeit(r)
+			continue
 		}
 		if !time.Now().After(r.UseBy) {
 			return nil

@@ -17,6 +17,11 @@ import (
 // both, as "rate=R/s burst=B". An operator changes a registered limit with
 // SetLimit (`raftpace limit set`), not by registering other values.
 //
+// Register first catches this node up with the leader (when the Backend
+// can: *node.Node's Sync), so a worker that just restarted compares with
+// the cluster's current value, not with state it has not applied yet —
+// else it would overwrite an operator's run-time change.
+//
 // After setting, Register reads the limit back and reports a conflict if a
 // concurrent registration of other values won. The cluster has no
 // compare-and-set, so two registrations racing closely may both return nil
@@ -25,6 +30,9 @@ import (
 func (c *Client) Register(ctx context.Context, key string, lim Limit) error {
 	if err := lim.Validate(); err != nil {
 		return fmt.Errorf("client: register %q: %w: %w", key, ErrInvalidRequest, err)
+	}
+	if err := c.sync(ctx); err != nil {
+		return fmt.Errorf("client: register %q: %w", key, err)
 	}
 	cur, err := c.b.Limit(ctx, key)
 	switch {
@@ -51,6 +59,9 @@ func (c *Client) Register(ctx context.Context, key string, lim Limit) error {
 func (c *Client) RegisterCap(ctx context.Context, key string, max int) error {
 	if max < 1 || max > fsm.MaxCap {
 		return fmt.Errorf("client: register cap %q: %w: max %d must be 1..%d", key, ErrInvalidRequest, max, fsm.MaxCap)
+	}
+	if err := c.sync(ctx); err != nil {
+		return fmt.Errorf("client: register cap %q: %w", key, err)
 	}
 	cur, err := c.b.Cap(ctx, key)
 	switch {
@@ -88,3 +99,17 @@ func formatLimit(l Limit) string {
 }
 
 func formatCap(max int) string { return "max=" + strconv.Itoa(max) }
+
+// syncer is a Backend that can catch up with the leader before a read.
+type syncer interface {
+	Sync(ctx context.Context) error
+}
+
+var _ syncer = (*node.Node)(nil)
+
+func (c *Client) sync(ctx context.Context) error {
+	if s, ok := c.b.(syncer); ok {
+		return s.Sync(ctx)
+	}
+	return nil
+}

@@ -34,6 +34,8 @@ type fsmAdapter struct {
 	onReset func()
 	// onMembers is told when the member list (or a fraction) changed.
 	onMembers func()
+	// onGate is told when a cap or a pause changed (the checkpoint follows).
+	onGate func()
 
 	mu       sync.Mutex
 	horizons map[string]int64 // key -> local monotonic ns
@@ -62,6 +64,7 @@ func newFSMAdapter(state *fsm.State, now func() int64) *fsmAdapter {
 		onLimit:   func(string, fsm.Limit, bool) {},
 		onReset:   func() {},
 		onMembers: func() {},
+		onGate:    func() {},
 		horizons:  make(map[string]int64),
 		applied:   make(chan struct{}),
 		slots:     make(map[string]heldSlot),
@@ -115,6 +118,8 @@ func (f *fsmAdapter) Apply(l *raft.Log) any {
 			f.onLimit(c.Key, fsm.Limit{}, false)
 		case fsm.UpsertMember, fsm.RemoveMember:
 			f.onMembers()
+		case fsm.SetCap, fsm.DeleteCap, fsm.SetPause:
+			f.onGate()
 		}
 	}
 	return err

@@ -299,6 +299,9 @@ func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait tim
 	if resp.Code == codeLimitExceeded {
 		return lease{}, &LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
 	}
+	if resp.Code == codePaused {
+		return lease{}, n.leaderPaused(key, resp.Wait)
+	}
 	if err := errFor(resp.Code, resp.Msg); err != nil {
 		if errors.Is(err, errNotLeader) {
 			return lease{}, err

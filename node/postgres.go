@@ -131,13 +131,17 @@ func (n *Node) postgresLoop() {
 }
 
 // checkpoint is the state a restart from empty data dirs needs: limits,
-// members and, per key, how far ahead of now its horizon lies (the leader's
-// committed horizon, or the one this node measured, whichever is later).
+// members, concurrency caps, per key how far ahead of now its horizon lies
+// (the leader's committed horizon, or the one this node measured, whichever
+// is later), and per key how long its refusal pause still runs on this
+// node's clock (pauses already over are left out).
 func (n *Node) checkpoint() pgstore.Checkpoint {
 	cp := pgstore.Checkpoint{
 		Limits:   n.state.Limits(),
 		Members:  n.state.Members(),
 		Horizons: make(map[string]time.Duration),
+		Caps:     n.state.Caps(),
+		Pauses:   make(map[string]time.Duration),
 	}
 	now := n.now()
 	views := n.pacer.view()
@@ -149,15 +153,20 @@ func (n *Node) checkpoint() pgstore.Checkpoint {
 		ahead := time.Duration(max(0, h-now))
 		cp.Horizons[key] = min(ahead, fsm.MaxHorizonAhead)
 	}
+	for key, end := range n.fsm.pauseEnds() {
+		if end > now {
+			cp.Pauses[key] = min(time.Duration(end-now), fsm.MaxPause)
+		}
+	}
 	return cp
 }
 
 // restore fills a brand-new cluster's empty state from the checkpoint:
 // horizons first (so no key can start before the old cluster's last
-// grants), then limits. It runs on a leader that started with empty data
-// dirs before it grants anything; until it succeeds (Postgres may be down)
-// the cluster has no limits and admits nothing, and no checkpoint is
-// written over the one it needs.
+// grants), then limits, concurrency caps and refusal pauses. It runs on a
+// leader that started with empty data dirs before it grants anything; until
+// it succeeds (Postgres may be down) the cluster has no limits and admits
+// nothing, and no checkpoint is written over the one it needs.
 func (n *Node) restore(ctx context.Context) error {
 	s, err := n.pg.get(ctx)
 	if err != nil {
@@ -188,8 +197,43 @@ func (n *Node) restore(ctx context.Context) error {
 			return fmt.Errorf("node: restore limit %q: %w", key, err)
 		}
 	}
-	n.log.Info("restored from the postgres checkpoint", "limits", len(cp.Limits), "horizons", len(ext.Entries))
+	for key, max := range cp.Caps {
+		if _, err := n.commit(&fsm.SetCap{Key: key, Max: max}, 5*time.Second); err != nil {
+			return fmt.Errorf("node: restore cap %q: %w", key, err)
+		}
+	}
+	pauses, err := n.restorePauses(cp.Pauses)
+	if err != nil {
+		return err
+	}
+	n.log.Info("restored from the postgres checkpoint", "limits", len(cp.Limits), "horizons", len(ext.Entries),
+		"caps", len(cp.Caps), "pauses", pauses)
 	return nil
+}
+
+// restorePauses commits a SetPause for each pause of the checkpoint and
+// returns how many it committed. Each is the time the pause still ran when
+// LoadCheckpoint read it on Postgres's clock; the entry measures it again
+// from this cluster's apply, which comes at or after that reading, so a
+// restored pause ends no earlier than the old cluster's did: it can only
+// last longer, which is safe (it errs on the side of the refusal).
+//
+// Like leaderPause it takes the maximum under pauseMu: a Pause that reached
+// this leader while it restored and reaches further is kept, not shortened.
+func (n *Node) restorePauses(pauses map[string]time.Duration) (int, error) {
+	n.pauseMu.Lock()
+	defer n.pauseMu.Unlock()
+	count := 0
+	for key, d := range pauses {
+		if end, ok := n.fsm.pauseEnd(key); ok && end >= n.now()+int64(d) {
+			continue // a longer pause is already in force
+		}
+		if _, err := n.commit(&fsm.SetPause{Key: key, For: d}, 5*time.Second); err != nil {
+			return count, fmt.Errorf("node: restore pause %q: %w", key, err)
+		}
+		count++
+	}
+	return count, nil
 }
 
 // discoverJoin returns gossip addresses published in Postgres in the last

@@ -2,10 +2,12 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
@@ -124,6 +126,91 @@ func TestPostgres_RestoreWithoutHorizonsBursts(t *testing.T) {
 	if rep.OK() {
 		t.Errorf("no burst seen with horizons not restored:\n%s", rep.String())
 	}
+}
+
+// A cluster started with empty data dirs restores the concurrency caps and
+// the refusal pauses still running from the checkpoint: every node has the
+// caps, and the pause holds the new fleet off until at least when it would
+// have ended in the old one. A cap deleted and a pause over before the
+// restart stay gone.
+func TestPostgres_RestoreCapsAndPauses(t *testing.T) {
+	url, schema := testPostgres(t)
+	opt := func(_ int, c *node.Config) {
+		c.PostgresURL, c.PostgresSchema = url, schema
+		c.ClusterName = "restore-caps"
+		c.CheckpointEvery = 100 * time.Millisecond
+	}
+	const pause = 30 * time.Second
+	lim := fsm.Limit{Rate: 50, Burst: 5}
+	first := testcluster.New(t, 3, opt)
+	ctx := testcluster.Ctx(t, 90*time.Second)
+	n0 := first.Node(0)
+	for _, key := range []string{"p", "short"} {
+		if err := n0.SetLimit(ctx, key, lim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for key, max := range map[string]int{"c": 3, "big": fsm.MaxCap, "gone": 5} {
+		if err := n0.SetCap(ctx, key, max); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // a checkpoint with "gone"
+	if err := n0.DeleteCap(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	pauseStart := time.Now() // the pause ends no earlier than pauseStart+pause
+	if _, err := first.Node(1).Pause(ctx, "p", pause); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n0.Pause(ctx, "short", 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // a last checkpoint, after "short" ended
+	first.Close()
+
+	second := testcluster.New(t, 3, opt)
+	wantCaps := map[string]int{"c": 3, "big": fsm.MaxCap}
+	for i := 0; i < 3; i++ {
+		nd := second.Node(i)
+		waitFor(t, 20*time.Second, func() bool {
+			caps, err := nd.Caps(ctx)
+			return err == nil && reflect.DeepEqual(caps, wantCaps) && nd.PausedFor("p") > 0
+		})
+		if _, err := nd.Cap(ctx, "gone"); !errors.Is(err, node.ErrUnknownKey) {
+			t.Errorf("node %d: cap deleted before the restart: err %v, want ErrUnknownKey", i, err)
+		}
+		// The restored pause ends no earlier than the old one (it is
+		// measured from the restore's apply), and not much later.
+		left, floor := nd.PausedFor("p"), pause-time.Since(pauseStart)
+		if left < floor-50*time.Millisecond || left > floor+5*time.Second {
+			t.Errorf("node %d: restored pause of p has %v left, want about %v (never less)", i, left, floor)
+		}
+		if p := nd.PausedFor("short"); p != 0 {
+			t.Errorf("node %d: a pause over before the restart came back: %v left", i, p)
+		}
+		_, err := nd.Reserve(ctx, "p", 1, 0)
+		var pe *node.PausedError
+		if !errors.As(err, &pe) || pe.Key != "p" {
+			t.Errorf("node %d: Reserve on the paused key: %v, want a *PausedError", i, err)
+		}
+		if _, err := nd.Reserve(ctx, "short", 1, time.Second); err != nil {
+			t.Errorf("node %d: Reserve on a key whose pause ended: %v", i, err)
+		}
+	}
+	// The new cluster checkpoints the restored caps and pause in turn: a
+	// third start from empty data dirs would get them back too.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	waitFor(t, 10*time.Second, func() bool {
+		var caps, pauses int
+		err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+schema+`.caps WHERE cluster = 'restore-caps'),
+			(SELECT count(*) FROM `+schema+`.pauses WHERE cluster = 'restore-caps' AND key = 'p' AND paused_until > clock_timestamp())`).Scan(&caps, &pauses)
+		return err == nil && caps == 2 && pauses == 1
+	})
 }
 
 // With quorum lost, members in fallback that reach Postgres pool their

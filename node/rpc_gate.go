@@ -14,14 +14,31 @@ import (
 
 // RPCs of the refusal gate and the concurrency caps (gate.go, slots.go).
 const (
-	rpcPause        uint8 = 6 // any node -> leader: record a pause (atomic maximum)
-	rpcAcquireSlots uint8 = 7 // any node -> leader: take slots, waiting for room
-	rpcReleaseSlots uint8 = 8 // any node -> leader: give slots back
-	rpcSetCap       uint8 = 9 // any node -> leader: set (Max > 0) or delete (0) a cap
+	rpcPause        uint8 = 6  // any node -> leader: record a pause (atomic maximum)
+	rpcAcquireSlots uint8 = 7  // any node -> leader: take slots, waiting for room
+	rpcReleaseSlots uint8 = 8  // any node -> leader: give slots back
+	rpcSetCap       uint8 = 9  // any node -> leader: set (Max > 0) or delete (0) a cap
+	rpcSync         uint8 = 10 // any node -> leader: the index to apply to read as fresh as the leader
 
 	// codeConcurrency: a cap stayed full for the request's wait.
 	codeConcurrency uint8 = 16
+	// codePaused: the key is paused on the leader (the asking node may not
+	// have applied the pause yet); Wait carries the remaining pause.
+	codePaused uint8 = 17
 )
+
+// errLeaderPaused: the leader refused a grant because the key is paused.
+// The node has recorded the pause locally; Reserve checks its gate again.
+var errLeaderPaused = errors.New("node: the key is paused on the leader")
+
+// leaderPaused records a pause the leader reported and returns
+// errLeaderPaused.
+func (n *Node) leaderPaused(key string, remaining time.Duration) error {
+	if remaining > 0 {
+		n.pausedHere.extend(key, n.now()+int64(min(remaining, fsm.MaxPause)))
+	}
+	return fmt.Errorf("%w: %q for another %v", errLeaderPaused, key, remaining)
+}
 
 type pauseReq struct {
 	Key string
@@ -239,6 +256,15 @@ func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]b
 		}
 		index, err := n.leaderRelease(m.IDs)
 		return indexResp{Code: codeFor(err), Index: index, Msg: msg(err)}.encode(), nil
+	case rpcSync:
+		if len(req) != 1 || req[0] != rpcVersion {
+			return indexResp{Code: codeInvalid, Msg: "sync: malformed request"}.encode(), nil
+		}
+		if !leading {
+			return indexResp{Code: codeNotLeader}.encode(), nil
+		}
+		index, err := n.leaderSyncIndex()
+		return indexResp{Code: codeFor(err), Index: index, Msg: msg(err)}.encode(), nil
 	case rpcSetCap:
 		m, err := decodeCapReq(req)
 		if err == nil {
@@ -254,4 +280,76 @@ func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]b
 		return indexResp{Code: codeFor(err), Index: index, Msg: msg(err)}.encode(), nil
 	}
 	return nil, fmt.Errorf("node: unknown rpc method %d", method)
+}
+
+// leaderSyncIndex returns an index covering every entry committed so far:
+// raft's barrier makes sure the leader applied all of them first.
+func (n *Node) leaderSyncIndex() (uint64, error) {
+	if err := n.raft.Barrier(5 * time.Second).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return 0, errNotLeader
+		}
+		return 0, fmt.Errorf("%w: barrier: %w", errRetry, err)
+	}
+	return n.raft.AppliedIndex(), nil
+}
+
+// Sync returns once this node has applied every entry the leader had
+// committed when Sync was called, so that reads on this node (Limit, Cap,
+// Caps, Limits) are then at least as fresh as the leader's were. A node
+// that just started or restarted may otherwise read state it has not
+// caught up on yet. Register does this before comparing.
+func (n *Node) Sync(ctx context.Context) error {
+	backoff := time.Millisecond
+	for {
+		if n.closed() {
+			return ErrClosed
+		}
+		index, err := n.syncOnce(ctx)
+		if err == nil {
+			// raft's applied index, not the state's: the index may be a
+			// barrier or configuration entry the state never sees.
+			for n.raft.AppliedIndex() < index {
+				if err := sleepCtx(ctx, n.ctx, 2*time.Millisecond); err != nil {
+					return fmt.Errorf("node: sync: waiting to apply index %d: %w", index, err)
+				}
+			}
+			return nil
+		}
+		if !retryable(err) {
+			return err
+		}
+		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
+			return fmt.Errorf("node: sync: %w: %w", ErrNoLeader, err)
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+func (n *Node) syncOnce(ctx context.Context) (uint64, error) {
+	if n.raft.State() == raft.Leader {
+		return n.leaderSyncIndex()
+	}
+	addr, _ := n.raft.LeaderWithID()
+	if addr == "" {
+		return 0, errRetry
+	}
+	raw, err := n.trans.Call(ctx, string(addr), rpcSync, []byte{rpcVersion})
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("node: sync: %w", ctx.Err())
+		}
+		return 0, fmt.Errorf("%w: %w", errRetry, err)
+	}
+	resp, err := decodeIndexResp(raw)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errRetry, err)
+	}
+	if err := errFor(resp.Code, resp.Msg); err != nil {
+		if errors.Is(err, errNotLeader) || resp.Code == codeUnavailable {
+			return 0, fmt.Errorf("%w: %w", errRetry, err)
+		}
+		return 0, fmt.Errorf("node: sync: %w", err)
+	}
+	return resp.Index, nil
 }

@@ -23,6 +23,12 @@ type Checkpoint struct {
 	// from LoadCheckpoint, of reading) the key's committed horizon lies.
 	// Each is in [0, fsm.MaxHorizonAhead].
 	Horizons map[string]time.Duration
+	// Caps holds the concurrency cap of each key, each in [1, fsm.MaxCap].
+	Caps map[string]int
+	// Pauses holds, per key, how long its refusal pause still runs from the
+	// moment of writing (or, from LoadCheckpoint, of reading). Each is in
+	// (0, fsm.MaxPause]: a pause that has ended is left out.
+	Pauses map[string]time.Duration
 }
 
 // validate reports every problem with cp at once.
@@ -57,11 +63,29 @@ func (cp Checkpoint) validate() error {
 			errs = append(errs, invalid(op, "Horizons[%q] %v: must be in [0, %v] (fsm.MaxHorizonAhead)", key, d, fsm.MaxHorizonAhead))
 		}
 	}
+	for _, key := range sortedKeys(cp.Caps) {
+		if err := fsm.ValidateKey(key); err != nil {
+			errs = append(errs, invalidErr(op+": Caps", err))
+			continue
+		}
+		if n := cp.Caps[key]; n < 1 || n > fsm.MaxCap {
+			errs = append(errs, invalid(op, "Caps[%q] %d: must be in [1, %d] (fsm.MaxCap)", key, n, fsm.MaxCap))
+		}
+	}
+	for _, key := range sortedKeys(cp.Pauses) {
+		if err := fsm.ValidateKey(key); err != nil {
+			errs = append(errs, invalidErr(op+": Pauses", err))
+			continue
+		}
+		if d := cp.Pauses[key]; d <= 0 || d > fsm.MaxPause {
+			errs = append(errs, invalid(op, "Pauses[%q] %v: must be in (0, %v] (fsm.MaxPause); leave out a pause that has ended", key, d, fsm.MaxPause))
+		}
+	}
 	return errors.Join(errs...)
 }
 
 // SaveCheckpoint writes cp in one transaction. It replaces the cluster's
-// limits and members with cp's. For each horizon it stores
+// limits, members and caps with cp's. For each horizon it stores
 // horizon_at = clock_timestamp() + ahead (ahead rounded up to the
 // microsecond), and never moves a stored horizon_at backwards: the stored
 // value becomes the later of the two. Horizons of keys not in cp are kept
@@ -71,6 +95,12 @@ func (cp Checkpoint) validate() error {
 // Because ahead is measured by the caller before the statement runs, the
 // stored horizon lies later than the true one by the time the request took
 // to reach Postgres: it errs late, which is safe.
+//
+// Pauses are stored the same way, as paused_until = clock_timestamp() +
+// remaining (rounded up to the microsecond), never moved backwards (a pause
+// only grows until it ends, so a later checkpoint with a shorter one keeps
+// the stored end), kept while in the future when cp omits them, and
+// deleted once passed. They too err late, the safe side for a pause.
 func (s *Store) SaveCheckpoint(ctx context.Context, cp Checkpoint) error {
 	const op = "save checkpoint"
 	if err := cp.validate(); err != nil {
@@ -93,6 +123,16 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp Checkpoint) error {
 	for i, k := range hk {
 		ha[i] = ceilMicros(cp.Horizons[k])
 	}
+	ck := sortedKeys(cp.Caps)
+	cm := make([]int32, len(ck))
+	for i, k := range ck {
+		cm[i] = int32(cp.Caps[k])
+	}
+	pk := sortedKeys(cp.Pauses) // sorted, like horizons
+	pa := make([]int64, len(pk))
+	for i, k := range pk {
+		pa[i] = ceilMicros(cp.Pauses[k])
+	}
 
 	c, cancel, err := s.begin(ctx, op)
 	if err != nil {
@@ -108,6 +148,10 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp Checkpoint) error {
 		b.Queue(s.q.insertMembers, cl, mi, ma, mf)
 		b.Queue(s.q.pruneHorizons, cl, hk)
 		b.Queue(s.q.upsertHorizons, cl, hk, ha)
+		b.Queue(s.q.deleteCaps, cl)
+		b.Queue(s.q.insertCaps, cl, ck, cm)
+		b.Queue(s.q.prunePauses, cl)
+		b.Queue(s.q.upsertPauses, cl, pk, pa)
 		return tx.SendBatch(c, b).Close()
 	})
 	if err != nil {
@@ -117,14 +161,19 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp Checkpoint) error {
 }
 
 // LoadCheckpoint reads the cluster's checkpoint from one snapshot. found is
-// false when the cluster has no limit, member or horizon stored. The maps
-// are never nil; Members are sorted by ID.
+// false when the cluster has no limit, member, horizon, cap or pause in
+// force stored. The maps are never nil; Members are sorted by ID.
 //
 // Horizons come back as GREATEST(horizon_at - clock_timestamp(), 0): how
 // far ahead of the moment of reading (on Postgres's clock) each lies. The
 // caller adds them to its own clock read after LoadCheckpoint returns, so
 // the horizon it restores lies later than the stored one by the time the
 // answer took to arrive: it errs late, which is safe.
+//
+// Pauses come back likewise as paused_until - clock_timestamp(), only those
+// still in the future (at least 1µs), capped at fsm.MaxPause (which only a
+// clock step back on Postgres's host could exceed). A pause that has
+// already ended is left out.
 func (s *Store) LoadCheckpoint(ctx context.Context) (cp Checkpoint, found bool, err error) {
 	const op = "load checkpoint"
 	c, cancel, err := s.begin(ctx, op)
@@ -132,7 +181,12 @@ func (s *Store) LoadCheckpoint(ctx context.Context) (cp Checkpoint, found bool, 
 		return Checkpoint{}, false, err
 	}
 	defer cancel()
-	cp = Checkpoint{Limits: map[string]fsm.Limit{}, Horizons: map[string]time.Duration{}}
+	cp = Checkpoint{
+		Limits:   map[string]fsm.Limit{},
+		Horizons: map[string]time.Duration{},
+		Caps:     map[string]int{},
+		Pauses:   map[string]time.Duration{},
+	}
 	err = pgx.BeginTxFunc(c, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		cl := s.cfg.Cluster
 		rows, _ := tx.Query(c, s.q.loadLimits, cl)
@@ -154,8 +208,26 @@ func (s *Store) LoadCheckpoint(ctx context.Context) (cp Checkpoint, found bool, 
 		}
 		rows, _ = tx.Query(c, s.q.loadHorizons, cl)
 		var ahead int64
-		_, err := pgx.ForEachRow(rows, []any{&key, &ahead}, func() error {
+		if _, err := pgx.ForEachRow(rows, []any{&key, &ahead}, func() error {
 			cp.Horizons[key] = time.Duration(ahead) * time.Microsecond
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, _ = tx.Query(c, s.q.loadCaps, cl)
+		var capMax int32
+		if _, err := pgx.ForEachRow(rows, []any{&key, &capMax}, func() error {
+			cp.Caps[key] = int(capMax)
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, _ = tx.Query(c, s.q.loadPauses, cl)
+		var left int64
+		_, err := pgx.ForEachRow(rows, []any{&key, &left}, func() error {
+			if left > 0 {
+				cp.Pauses[key] = time.Duration(min(left, maxPauseMicros)) * time.Microsecond
+			}
 			return nil
 		})
 		return err
@@ -164,9 +236,12 @@ func (s *Store) LoadCheckpoint(ctx context.Context) (cp Checkpoint, found bool, 
 		return Checkpoint{}, false, s.fail(ctx, op, err)
 	}
 	sort.Slice(cp.Members, func(i, j int) bool { return cp.Members[i].ID < cp.Members[j].ID })
-	found = len(cp.Limits) > 0 || len(cp.Members) > 0 || len(cp.Horizons) > 0
+	found = len(cp.Limits) > 0 || len(cp.Members) > 0 || len(cp.Horizons) > 0 || len(cp.Caps) > 0 || len(cp.Pauses) > 0
 	return cp, found, nil
 }
+
+// maxPauseMicros is fsm.MaxPause in whole microseconds (it is one).
+const maxPauseMicros = int64(fsm.MaxPause / time.Microsecond)
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))

@@ -147,15 +147,18 @@ func TestCheckpoint_ClustersAreIsolated(t *testing.T) {
 		Limits:   map[string]fsm.Limit{"k": {Rate: 1, Burst: 1}},
 		Members:  []fsm.Member{{ID: "n1", Addr: "127.0.0.1:1", Fraction: 1}},
 		Horizons: map[string]time.Duration{"k": time.Minute},
+		Caps:     map[string]int{"k": 4},
+		Pauses:   map[string]time.Duration{"k": time.Minute},
 	}
 	must(t, a.SaveCheckpoint(ctx, cpA))
 	if _, found, err := b.LoadCheckpoint(ctx); err != nil || found {
 		t.Fatalf("cluster beta sees alpha's checkpoint: found %v, err %v", found, err)
 	}
-	must(t, b.SaveCheckpoint(ctx, Checkpoint{Limits: map[string]fsm.Limit{"other": {Rate: 2, Burst: 2}}}))
+	must(t, b.SaveCheckpoint(ctx, Checkpoint{Limits: map[string]fsm.Limit{"other": {Rate: 2, Burst: 2}}, Caps: map[string]int{"other": 1}}))
 	got, _, err := a.LoadCheckpoint(ctx)
 	must(t, err)
-	if !reflect.DeepEqual(got.Limits, cpA.Limits) || !reflect.DeepEqual(got.Members, cpA.Members) || len(got.Horizons) != 1 {
+	if !reflect.DeepEqual(got.Limits, cpA.Limits) || !reflect.DeepEqual(got.Members, cpA.Members) || len(got.Horizons) != 1 ||
+		!reflect.DeepEqual(got.Caps, cpA.Caps) || len(got.Pauses) != 1 {
 		t.Fatalf("alpha's checkpoint after beta saved: %+v", got)
 	}
 
@@ -200,6 +203,14 @@ func TestCheckpoint_Invalid(t *testing.T) {
 		{"duplicate member", Checkpoint{Members: []fsm.Member{m, m}}, "more than once"},
 		{"negative horizon", Checkpoint{Horizons: map[string]time.Duration{"k": -time.Nanosecond}}, "Horizons"},
 		{"horizon too far", Checkpoint{Horizons: map[string]time.Duration{"k": fsm.MaxHorizonAhead + 1}}, "MaxHorizonAhead"},
+		{"cap key", Checkpoint{Caps: map[string]int{"a b": 1}}, "Caps"},
+		{"cap 0", Checkpoint{Caps: map[string]int{"k": 0}}, `Caps["k"] 0: must be in [1, 1000000] (fsm.MaxCap)`},
+		{"negative cap", Checkpoint{Caps: map[string]int{"k": -1}}, `Caps["k"] -1`},
+		{"cap too large", Checkpoint{Caps: map[string]int{"k": fsm.MaxCap + 1}}, `Caps["k"] 1000001`},
+		{"pause key", Checkpoint{Pauses: map[string]time.Duration{"": time.Second}}, "Pauses"},
+		{"pause 0", Checkpoint{Pauses: map[string]time.Duration{"k": 0}}, `Pauses["k"] 0s: must be in (0, 24h0m0s] (fsm.MaxPause)`},
+		{"negative pause", Checkpoint{Pauses: map[string]time.Duration{"k": -time.Second}}, `Pauses["k"] -1s`},
+		{"pause too long", Checkpoint{Pauses: map[string]time.Duration{"k": fsm.MaxPause + 1}}, "MaxPause"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := s.SaveCheckpoint(ctx, tc.cp)
@@ -209,10 +220,21 @@ func TestCheckpoint_Invalid(t *testing.T) {
 			}
 		})
 	}
+	// Every problem is reported at once.
+	err := s.SaveCheckpoint(ctx, Checkpoint{
+		Caps:   map[string]int{"c1": 0, "c2": fsm.MaxCap + 1},
+		Pauses: map[string]time.Duration{"p1": 0, "p2": fsm.MaxPause + time.Second},
+	})
+	wantErr(t, err, ErrInvalid)
+	for _, w := range []string{`Caps["c1"]`, `Caps["c2"]`, `Pauses["p1"]`, `Pauses["p2"]`} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %s", err, w)
+		}
+	}
 	got, _, err := s.LoadCheckpoint(ctx)
 	must(t, err)
-	if !reflect.DeepEqual(got.Limits, map[string]fsm.Limit{"keep": {Rate: 1, Burst: 1}}) {
-		t.Fatalf("an invalid checkpoint changed the stored one: %v", got.Limits)
+	if !reflect.DeepEqual(got.Limits, map[string]fsm.Limit{"keep": {Rate: 1, Burst: 1}}) || len(got.Caps) != 0 || len(got.Pauses) != 0 {
+		t.Fatalf("an invalid checkpoint changed the stored one: %+v", got)
 	}
 }
 
@@ -221,18 +243,174 @@ func TestCheckpoint_Invalid(t *testing.T) {
 func TestCheckpoint_Large(t *testing.T) {
 	s := newStore(t, "c1")
 	ctx := ctxT(t)
-	cp := Checkpoint{Limits: map[string]fsm.Limit{}, Horizons: map[string]time.Duration{}}
+	cp := Checkpoint{Limits: map[string]fsm.Limit{}, Horizons: map[string]time.Duration{}, Caps: map[string]int{}, Pauses: map[string]time.Duration{}}
 	for i := range 5000 {
 		k := "key-" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + "-" + strconv.Itoa(i)
 		cp.Limits[k] = fsm.Limit{Rate: float64(i + 1), Burst: i%10 + 1}
 		cp.Horizons[k] = time.Duration(i) * time.Millisecond
+		cp.Caps[k] = i + 1
+		cp.Pauses[k] = time.Minute + time.Duration(i)*time.Millisecond
 	}
 	start := time.Now()
 	must(t, s.SaveCheckpoint(ctx, cp))
 	got, _, err := s.LoadCheckpoint(ctx)
 	must(t, err)
-	if !reflect.DeepEqual(got.Limits, cp.Limits) || len(got.Horizons) != len(cp.Horizons) {
-		t.Fatalf("round trip of %d keys lost data: %d limits, %d horizons", len(cp.Limits), len(got.Limits), len(got.Horizons))
+	if !reflect.DeepEqual(got.Limits, cp.Limits) || len(got.Horizons) != len(cp.Horizons) ||
+		!reflect.DeepEqual(got.Caps, cp.Caps) || len(got.Pauses) != len(cp.Pauses) {
+		t.Fatalf("round trip of %d keys lost data: %d limits, %d horizons, %d caps, %d pauses",
+			len(cp.Limits), len(got.Limits), len(got.Horizons), len(got.Caps), len(got.Pauses))
 	}
 	t.Logf("save+load of %d keys: %v", len(cp.Limits), time.Since(start))
+}
+
+func TestCheckpoint_CapsAndPausesRoundTrip(t *testing.T) {
+	s := newStore(t, "c1")
+	ctx := ctxT(t)
+
+	cp, found, err := s.LoadCheckpoint(ctx)
+	must(t, err)
+	if found || cp.Caps == nil || cp.Pauses == nil || len(cp.Caps) != 0 || len(cp.Pauses) != 0 {
+		t.Fatalf("empty cluster: found %v, caps %v, pauses %v (want empty, non-nil)", found, cp.Caps, cp.Pauses)
+	}
+
+	// Caps or pauses alone are a checkpoint worth restoring.
+	must(t, s.SaveCheckpoint(ctx, Checkpoint{Caps: map[string]int{"only": 1}}))
+	if _, found, err := s.LoadCheckpoint(ctx); err != nil || !found {
+		t.Fatalf("checkpoint of caps only: found %v, err %v", found, err)
+	}
+
+	const long = 30 * time.Second
+	wantCaps := map[string]int{
+		"only":                   1,
+		"provider:acme/cred:42":  7,
+		"ключ":                   fsm.MaxCap,
+		strings.Repeat("k", 256): 2,
+	}
+	start := time.Now()
+	must(t, s.SaveCheckpoint(ctx, Checkpoint{
+		Caps:   wantCaps,
+		Pauses: map[string]time.Duration{"google-images": long, "max": fsm.MaxPause, "tiny": time.Nanosecond + time.Hour},
+	}))
+	got, found, err := s.LoadCheckpoint(ctx)
+	must(t, err)
+	elapsed := time.Since(start)
+	if !found {
+		t.Fatal("found = false after saving caps and pauses")
+	}
+	if !reflect.DeepEqual(got.Caps, wantCaps) {
+		t.Errorf("Caps = %v, want %v", got.Caps, wantCaps)
+	}
+	if len(got.Pauses) != 3 {
+		t.Fatalf("Pauses = %v, want 3 keys", got.Pauses)
+	}
+	for key, d := range map[string]time.Duration{"google-images": long, "max": fsm.MaxPause, "tiny": time.Hour + time.Microsecond} {
+		// Stored rounded up to the microsecond, read some time later: at
+		// most d, at least d less the time between the two statements.
+		if p := got.Pauses[key]; p > d || p < d-elapsed {
+			t.Errorf("pause %q = %v, want in [%v, %v]", key, p, d-elapsed, d)
+		}
+	}
+
+	// Caps are replaced wholesale; pauses a checkpoint omits are kept while
+	// they run (a pause only grows until it ends).
+	must(t, s.SaveCheckpoint(ctx, Checkpoint{Caps: map[string]int{"new": 3}}))
+	got, _, err = s.LoadCheckpoint(ctx)
+	must(t, err)
+	if !reflect.DeepEqual(got.Caps, map[string]int{"new": 3}) {
+		t.Errorf("after replace: Caps = %v, want only new=3", got.Caps)
+	}
+	if p := got.Pauses["google-images"]; p < long-time.Since(start) || p > long {
+		t.Errorf("after a checkpoint without it: pause google-images = %v, want kept", p)
+	}
+
+	// An empty checkpoint empties the caps; running pauses stay.
+	must(t, s.SaveCheckpoint(ctx, Checkpoint{}))
+	got, found, err = s.LoadCheckpoint(ctx)
+	must(t, err)
+	if len(got.Caps) != 0 || len(got.Pauses) != 3 || !found {
+		t.Errorf("after empty checkpoint: found %v, caps %v, pauses %v (want no caps, 3 pauses)", found, got.Caps, got.Pauses)
+	}
+}
+
+func TestCheckpoint_PauseNeverShortened(t *testing.T) {
+	s := newStore(t, "c1")
+	ctx := ctxT(t)
+	save := func(d time.Duration) {
+		t.Helper()
+		must(t, s.SaveCheckpoint(ctx, Checkpoint{Pauses: map[string]time.Duration{"k": d}}))
+	}
+	load := func() time.Duration {
+		t.Helper()
+		cp, _, err := s.LoadCheckpoint(ctx)
+		must(t, err)
+		return cp.Pauses["k"]
+	}
+	save(10 * time.Second)
+	save(time.Second) // ends earlier than the stored one: ignored
+	if p := load(); p < 9*time.Second || p > 10*time.Second {
+		t.Fatalf("pause after saving 10s, then 1s: %v, want about 10s", p)
+	}
+	save(20 * time.Second) // ends later: taken
+	if p := load(); p < 19*time.Second || p > 20*time.Second {
+		t.Fatalf("pause after saving 20s: %v, want about 20s", p)
+	}
+}
+
+func TestCheckpoint_PauseShrinksAndPassedIsDropped(t *testing.T) {
+	s := newStore(t, "c1")
+	ctx := ctxT(t)
+	const long, short, wait = 5 * time.Second, 100 * time.Millisecond, 200 * time.Millisecond
+	start := time.Now()
+	must(t, s.SaveCheckpoint(ctx, Checkpoint{Pauses: map[string]time.Duration{"long": long, "short": short, "again": short}}))
+	time.Sleep(wait)
+	cp, found, err := s.LoadCheckpoint(ctx)
+	must(t, err)
+	elapsed := time.Since(start) // an upper bound of the time between the two statements
+
+	loss := long - cp.Pauses["long"]
+	if loss < wait || loss > elapsed {
+		t.Errorf("pause lost %v over a wait of %v (at most %v between the statements): want the loss in [wait, elapsed]",
+			loss, wait, elapsed)
+	}
+	for _, key := range []string{"short", "again"} {
+		if p, ok := cp.Pauses[key]; ok {
+			t.Errorf("passed pause %q returned as %v: want it left out", key, p)
+		}
+	}
+	if !found || len(cp.Pauses) != 1 {
+		t.Errorf("found %v, pauses %v: want found with only the running pause", found, cp.Pauses)
+	}
+
+	// A passed pause is deleted by the next checkpoint, whether or not it
+	// names the key; naming it again starts a new pause from then.
+	must(t, s.SaveCheckpoint(ctx, Checkpoint{Pauses: map[string]time.Duration{"again": time.Second}}))
+	var rows int
+	must(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM "`+s.cfg.Schema+`".pauses WHERE cluster = $1`, s.Cluster()).Scan(&rows))
+	if rows != 2 {
+		t.Errorf("%d pause rows after the next checkpoint, want 2 (long, again): the passed one is deleted", rows)
+	}
+	cp, _, err = s.LoadCheckpoint(ctx)
+	must(t, err)
+	if p := cp.Pauses["again"]; p < 900*time.Millisecond || p > time.Second {
+		t.Errorf("pause named again after it passed = %v, want about 1s", p)
+	}
+	t.Logf("loss %v over a %v wait (%v end to end)", loss, wait, elapsed)
+}
+
+// TestCheckpoint_PauseStoredToTheMicrosecond checks the stored end against
+// Postgres's clock: clock_timestamp() + remaining, rounded up.
+func TestCheckpoint_PauseStoredToTheMicrosecond(t *testing.T) {
+	s := newStore(t, "c1")
+	ctx := ctxT(t)
+	const d = time.Minute + 1500*time.Nanosecond // 60000001.5µs: stored as 60000002µs
+	before := pgNowUS(t, s)
+	must(t, s.SaveCheckpoint(ctx, Checkpoint{Pauses: map[string]time.Duration{"k": d}}))
+	after := pgNowUS(t, s)
+	var until int64
+	must(t, s.pool.QueryRow(ctx, `SELECT (EXTRACT(EPOCH FROM paused_until) * 1000000)::int8 FROM "`+s.cfg.Schema+`".pauses WHERE cluster = $1 AND key = 'k'`,
+		s.Cluster()).Scan(&until))
+	if left := until - before; left < 60000002 || until-after > 60000002 {
+		t.Errorf("paused_until is %dµs after the clock before the save and %dµs after the one after it: want clock_timestamp() + 60000002µs in between",
+			left, until-after)
+	}
 }

@@ -7,7 +7,7 @@
 //
 //	s, err := pgstore.Open(ctx, pgstore.Config{URL: url, Cluster: "prod"})
 //	// leader, periodically and on every config change:
-//	err = s.SaveCheckpoint(ctx, pgstore.Checkpoint{Limits: ..., Members: ..., Horizons: ...})
+//	err = s.SaveCheckpoint(ctx, pgstore.Checkpoint{Limits: ..., Members: ..., Horizons: ..., Caps: ..., Pauses: ...})
 //	// a cluster started with empty data dirs:
 //	cp, found, err := s.LoadCheckpoint(ctx)
 //	// a member in fallback that reaches Postgres:
@@ -27,6 +27,10 @@
 //     its own clock read after the call returns. Both directions err late:
 //     the time a request and its answer spend in flight only pushes the
 //     horizon further out, which is the safe side for a new leader.
+//   - A pause travels the same way, as the time it still runs: stored as
+//     clock_timestamp() + remaining, read as paused_until - clock_timestamp()
+//     (pauses already over are left out). Both directions err late, the safe
+//     side for a refusal pause.
 //   - A pool registration lasts ttl from the statement; the member measures
 //     its own deadline from before the call, so it stops first.
 //   - ReservePooled answers with a wait, measured by the caller from when the
@@ -34,7 +38,7 @@
 //   - Discovery's maxAge is compared with updated_at on Postgres's clock.
 //
 // Postgres's resolution is one microsecond: durations go in rounded up to
-// the microsecond (ahead, ttl), and the pool's interval is rounded up, so
+// the microsecond (ahead, remaining pause, ttl), and the pool's interval is rounded up, so
 // rounding never makes anything earlier or faster.
 //
 // # Tables
@@ -59,6 +63,14 @@
 //	             registrations in the fallback pool
 //	pool_cursors (cluster, key, tat timestamptz)                  PK (cluster, key)
 //	             the pool's GCRA cursor (theoretical arrival time) per key
+//	caps         (cluster, key, max int)                          PK (cluster, key)
+//	             concurrency caps; SaveCheckpoint replaces them like limits
+//	pauses       (cluster, key, paused_until timestamptz)         PK (cluster, key)
+//	             refusal pauses; paused_until only ever grows, and
+//	             a row is deleted once it has passed
+//
+// Tables are only ever added, never altered: Open on a schema made by an
+// earlier version creates the tables it lacks (caps and pauses came later).
 //
 // # The pooled cursor
 //

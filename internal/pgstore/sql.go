@@ -3,13 +3,21 @@ package pgstore
 import "strings"
 
 // tableNames are the tables Open creates; migrate skips the DDL when all exist.
-var tableNames = []string{"limits", "members", "horizons", "addresses", "pool_members", "pool_cursors"}
+// A schema made by an earlier version lacks the later tables (caps, pauses):
+// the DDL then creates just those.
+var tableNames = []string{"limits", "members", "horizons", "addresses", "pool_members", "pool_cursors", "caps", "pauses"}
 
-// ddl creates the schema and tables. The CHECK constraints repeat the
-// validation this package does in Go, as a second line of defence for rows
-// written by anything else.
+// ddlSchema creates the schema. migrate runs it only when the schema is
+// missing: even with IF NOT EXISTS, CREATE SCHEMA needs the CREATE right on
+// the database, which the owner of a schema made for it beforehand may lack.
+const ddlSchema = `CREATE SCHEMA IF NOT EXISTS {S}`
+
+// ddl creates the tables. Every statement is CREATE TABLE IF NOT EXISTS and
+// tables are only ever added, never altered, so it also upgrades a schema
+// made by an earlier version. The CHECK constraints repeat the validation
+// this package does in Go, as a second line of defence for rows written by
+// anything else.
 const ddl = `
-CREATE SCHEMA IF NOT EXISTS {S};
 CREATE TABLE IF NOT EXISTS {S}.limits (
 	cluster    text             NOT NULL,
 	key        text             NOT NULL,
@@ -49,6 +57,18 @@ CREATE TABLE IF NOT EXISTS {S}.pool_cursors (
 	cluster    text        NOT NULL,
 	key        text        NOT NULL,
 	tat        timestamptz NOT NULL,
+	PRIMARY KEY (cluster, key)
+);
+CREATE TABLE IF NOT EXISTS {S}.caps (
+	cluster    text        NOT NULL,
+	key        text        NOT NULL,
+	max        integer     NOT NULL CHECK (max >= 1),
+	PRIMARY KEY (cluster, key)
+);
+CREATE TABLE IF NOT EXISTS {S}.pauses (
+	cluster      text        NOT NULL,
+	key          text        NOT NULL,
+	paused_until timestamptz NOT NULL,
 	PRIMARY KEY (cluster, key)
 );
 `
@@ -136,6 +156,7 @@ FROM r, n
 func newQueries(schema string) queries {
 	r := strings.NewReplacer("{S}", `"`+schema+`"`, "{us}", us, "{maxtol}", maxTolerance)
 	return queries{
+		ddlSchema:     r.Replace(ddlSchema),
 		ddl:           r.Replace(ddl),
 		reservePooled: r.Replace(reservePooledSQL),
 
@@ -148,6 +169,16 @@ func newQueries(schema string) queries {
 		loadLimits:     r.Replace(`SELECT key, rate, burst FROM {S}.limits WHERE cluster = $1`),
 		loadMembers:    r.Replace(`SELECT node_id, addr, fraction FROM {S}.members WHERE cluster = $1`),
 		loadHorizons:   r.Replace(`SELECT key, (EXTRACT(EPOCH FROM GREATEST(horizon_at - clock_timestamp(), interval '0')) * 1000000)::int8 FROM {S}.horizons WHERE cluster = $1`),
+		deleteCaps:     r.Replace(`DELETE FROM {S}.caps WHERE cluster = $1`),
+		insertCaps:     r.Replace(`INSERT INTO {S}.caps (cluster, key, max) SELECT $1, k, m FROM unnest($2::text[], $3::int4[]) AS u(k, m)`),
+		// Every passed pause goes, whether or not cp names it: a key cp
+		// names is inserted again by upsertPauses, in the future.
+		prunePauses:  r.Replace(`DELETE FROM {S}.pauses WHERE cluster = $1 AND paused_until <= clock_timestamp()`),
+		upsertPauses: r.Replace(`INSERT INTO {S}.pauses AS p (cluster, key, paused_until) SELECT $1, k, clock_timestamp() + a * {us} FROM unnest($2::text[], $3::int8[]) AS u(k, a) ON CONFLICT (cluster, key) DO UPDATE SET paused_until = GREATEST(p.paused_until, EXCLUDED.paused_until)`),
+		loadCaps:     r.Replace(`SELECT key, max FROM {S}.caps WHERE cluster = $1`),
+		// One clock reading for the filter and the difference, so every
+		// pause returned has at least 1µs left (both are whole µs).
+		loadPauses: r.Replace(`WITH n AS (SELECT clock_timestamp() AS t) SELECT p.key, (EXTRACT(EPOCH FROM p.paused_until - n.t) * 1000000)::int8 FROM {S}.pauses p, n WHERE p.cluster = $1 AND p.paused_until > n.t`),
 
 		publish:  r.Replace(`INSERT INTO {S}.addresses AS a (cluster, node_id, raft_addr, gossip_addr, updated_at) VALUES ($1, $2, $3, $4, clock_timestamp()) ON CONFLICT (cluster, node_id) DO UPDATE SET raft_addr = EXCLUDED.raft_addr, gossip_addr = EXCLUDED.gossip_addr, updated_at = EXCLUDED.updated_at`),
 		discover: r.Replace(`SELECT gossip_addr FROM {S}.addresses WHERE cluster = $1 AND updated_at >= clock_timestamp() - $2::int8 * {us} ORDER BY updated_at DESC, node_id`),
@@ -160,9 +191,11 @@ func newQueries(schema string) queries {
 }
 
 type queries struct {
-	ddl, reservePooled                                       string
+	ddlSchema, ddl, reservePooled                            string
 	deleteLimits, insertLimits, deleteMembers, insertMembers string
 	pruneHorizons, upsertHorizons                            string
 	loadLimits, loadMembers, loadHorizons                    string
+	deleteCaps, insertCaps, prunePauses, upsertPauses        string
+	loadCaps, loadPauses                                     string
 	publish, discover, forget, joinPool, leavePool, poolBusy string
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -95,7 +97,10 @@ type Store struct {
 // they are missing. Several processes may Open the same schema at once:
 // the DDL runs in one transaction under a transaction-level advisory lock,
 // and is skipped when every table already exists (so a role without CREATE
-// rights can use a schema made for it beforehand).
+// rights can use a schema made for it beforehand). A schema made by an
+// earlier version gets the tables added since (CREATE TABLE IF NOT EXISTS
+// only; CREATE SCHEMA is skipped when the schema exists), which needs the
+// CREATE right on the schema only, not on the database.
 //
 // Open fails with ErrInvalid for a bad Config and ErrUnavailable when
 // Postgres cannot be reached within StatementTimeout.
@@ -177,17 +182,27 @@ func (s *Store) fail(parent context.Context, op string, err error) error {
 	return translate(op, err, s.cfg.StatementTimeout)
 }
 
-// migrate creates the schema and tables when any is missing.
-// parent is Open's context, ctx the one bounded by StatementTimeout.
+// migrate creates the schema and tables when any is missing: on a new
+// database all of them, on a schema made by an earlier version the tables
+// added since. parent is Open's context, ctx the one bounded by
+// StatementTimeout.
 func (s *Store) migrate(parent, ctx context.Context) error {
-	var n int
+	var schemaExists bool
+	var have []string
 	err := s.pool.QueryRow(ctx,
-		`SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = $1 AND tablename = ANY($2)`,
-		s.cfg.Schema, tableNames).Scan(&n)
+		`SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1),
+			ARRAY(SELECT tablename::text FROM pg_catalog.pg_tables WHERE schemaname = $1 AND tablename = ANY($2))`,
+		s.cfg.Schema, tableNames).Scan(&schemaExists, &have)
 	if err != nil {
 		return s.fail(parent, "open: look up tables", err)
 	}
-	if n == len(tableNames) {
+	var missing []string
+	for _, t := range tableNames {
+		if !slices.Contains(have, t) {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) == 0 {
 		return nil
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -196,13 +211,22 @@ func (s *Store) migrate(parent, ctx context.Context) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('raftpace.pgstore.ddl'), hashtext($1))`, s.cfg.Schema); err != nil {
 			return err
 		}
+		if !schemaExists {
+			if _, err := tx.Exec(ctx, s.q.ddlSchema); err != nil {
+				return err
+			}
+		}
 		_, err := tx.Exec(ctx, s.q.ddl)
 		return err
 	})
 	if err != nil {
-		return s.fail(parent, fmt.Sprintf("open: create schema %q and tables", s.cfg.Schema), err)
+		return s.fail(parent, fmt.Sprintf("open: create tables %s in schema %q", strings.Join(missing, ", "), s.cfg.Schema), err)
 	}
-	s.cfg.Logger.Info("pgstore: created schema and tables", "schema", s.cfg.Schema)
+	if schemaExists {
+		s.cfg.Logger.Info("pgstore: created missing tables", "schema", s.cfg.Schema, "tables", missing)
+	} else {
+		s.cfg.Logger.Info("pgstore: created schema and tables", "schema", s.cfg.Schema)
+	}
 	return nil
 }
 
