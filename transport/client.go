@@ -63,11 +63,35 @@ func (t *Transport) call(ctx context.Context, addr string, method uint8, req []b
 		}
 		resp, sent, err := cc.roundTrip(ctx, method, req)
 		p.release(cc)
-		if err != nil && !sent && attempt < maxCallAttempts && ctx.Err() == nil && !t.closing() {
+		// A peer refusing us for TLS will refuse the next connection too.
+		if err != nil && !sent && attempt < maxCallAttempts && ctx.Err() == nil && !t.closing() && !errors.Is(err, ErrTLS) {
 			continue
 		}
 		return resp, err
 	}
+}
+
+// Probe checks that addr answers: it opens a pooled RPC connection to it
+// (or finds one open), without sending a request. With Config.TLS a
+// connection exists only once both ends have checked each other's
+// certificate against the cluster CA, so a nil error means the peer is a
+// member by the TLS trust model; the error, wrapping ErrTLS, says why not.
+// Without TLS it only shows that something accepts connections at addr.
+func (t *Transport) Probe(ctx context.Context, addr string) error {
+	if t.closing() {
+		return ErrClosed
+	}
+	p := t.peer(addr)
+	cc, err := p.get(ctx)
+	if err != nil {
+		return fmt.Errorf("transport: probe %s: %w", addr, err)
+	}
+	broken := cc.broken()
+	p.release(cc)
+	if broken {
+		return fmt.Errorf("transport: probe %s: %w", addr, ErrConnLost)
+	}
+	return nil
 }
 
 // peer returns the connection pool for addr.
@@ -365,6 +389,7 @@ func (cc *clientConn) readLoop() {
 	maxLen := cc.t.cfg.MaxFrameSize
 	wait := cc.t.cfg.IdleTimeout
 	var refresh time.Time
+	first := cc.t.tlsClient == nil // check the first answer for a TLS alert
 	for {
 		if now := time.Now(); br.Buffered() == 0 || now.After(refresh) {
 			_ = cc.c.SetReadDeadline(now.Add(wait))
@@ -388,6 +413,16 @@ func (cc *clientConn) readLoop() {
 			now := time.Now()
 			_ = cc.c.SetReadDeadline(now.Add(wait))
 			refresh = now.Add(wait / 2)
+		}
+		if first {
+			first = false
+			if h, _ := br.Peek(2); isTLSAlert(h) {
+				// A TLS node refusing this plaintext connection.
+				err := fmt.Errorf("%w: the peer answered with a TLS alert: it requires TLS, and this node has no TLS configured", ErrTLS)
+				cc.t.log.Warn("transport: peer requires TLS; closing connection", "remote", cc.p.addr)
+				cc.fail(err)
+				return
+			}
 		}
 		f, err := readFrame(br, maxLen)
 		if err != nil {

@@ -30,6 +30,18 @@
 // connection closed, logged at warn with the remote address, and counted
 // in Stats.
 //
+// With Config.TLS the connection is mutual TLS 1.3 first (see TLSConfig for
+// the trust model: any certificate the cluster CA signed is a member); the
+// stream byte is the first byte inside TLS, and the accepting side echoes
+// it once it has checked the dialer's certificate, so a dialer whose
+// certificate is refused fails its dial with an error saying so. The TLS
+// handshake and the stream byte together must fit in HandshakeTimeout. A
+// plaintext dialer on a TLS node (first byte not 0x16) and a TLS dialer on
+// a node without TLS are refused, logged ("plaintext connection from X:
+// this cluster requires TLS", "TLS handshake from X but this node has no
+// TLS configured") and counted in Stats.RejectedTLS; the dialer's error
+// wraps ErrTLS and says which side lacks what.
+//
 // An RPC stream is a sequence of frames, each
 //
 //	[uint32 length][uint64 request id][uint8 method or status][payload]
@@ -59,7 +71,8 @@
 //     and leaves the pool; the next Call redials. Call retries on another
 //     connection only when nothing of the request was written.
 //   - Limits: MaxFrameSize per frame, MaxConns inbound connections,
-//     HandshakeTimeout for the stream byte, IdleTimeout for idle RPC
+//     MaxConnsPerPeer from one IP, HandshakeTimeout for the TLS handshake
+//     and the stream byte, IdleTimeout for idle RPC
 //     connections (the dialler closes at IdleTimeout, the server at twice
 //     that) and for a stalled frame write.
 //   - Close is idempotent, closes every connection in both directions, and
@@ -69,7 +82,6 @@
 // A frame on an existing connection is built in one pooled buffer and
 // written with one write call; reads go through a bufio.Reader.
 //
-// Not provided (yet): encryption and authentication. Connections are dialled
-// in one place and accepted in one place, so TLS can later wrap net.Conn
-// there, before the stream byte.
+// Without Config.TLS nothing is encrypted or authenticated: anyone who can
+// reach the port is a peer.
 package transport

@@ -68,12 +68,24 @@ func readFrame(br *bufio.Reader, maxLen int) (frame, error) {
 	if _, err := br.Discard(lenSize); err != nil {
 		return frame{}, err // cannot happen: the bytes were peeked
 	}
-	buf := make([]byte, n)
-	if got, err := io.ReadFull(br, buf); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return frame{}, fmt.Errorf("%w: stream ended inside a frame (%d of %d bytes)", ErrBadFrame, got, n)
+	// The buffer grows with the bytes that arrive, not with the length the
+	// peer declared: a few bytes claiming a 1 MiB frame must not pin 1 MiB.
+	// Growth doubles, so a frame costs at most twice its size in copies.
+	buf := make([]byte, min(int(n), frameChunk))
+	got := 0
+	for {
+		m, err := io.ReadFull(br, buf[got:])
+		got += m
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return frame{}, fmt.Errorf("%w: stream ended inside a frame (%d of %d bytes)", ErrBadFrame, got, n)
+			}
+			return frame{}, err
 		}
-		return frame{}, err
+		if got == int(n) {
+			break
+		}
+		buf = append(buf, make([]byte, min(int(n), 2*len(buf))-len(buf))...)
 	}
 	return frame{
 		id:      binary.BigEndian.Uint64(buf),
@@ -81,6 +93,9 @@ func readFrame(br *bufio.Reader, maxLen int) (frame, error) {
 		payload: buf[headerSize:],
 	}, nil
 }
+
+// frameChunk is the first buffer readFrame allocates for a frame's body.
+const frameChunk = 16 << 10
 
 // frameSize is the number of bytes a frame with a payload of n bytes takes
 // on the wire, length prefix included.

@@ -36,36 +36,40 @@ func (t *Transport) serveRPC(c *trackedConn) {
 	maxLen := t.cfg.MaxFrameSize
 	remote := c.RemoteAddr().String()
 
-	var refresh time.Time // when the read deadline is next due for renewal
+	// Between frames a connection may idle for idle (its pooled peer has
+	// nothing to send), but the first request must start within
+	// HandshakeTimeout: Call dials a connection only to send one, so one
+	// that sends its stream byte and then nothing is a slow loris. Once a
+	// frame has started, the rest must follow within frameTimeout, or a
+	// peer could hold the connection (and the buffer) by sending a few
+	// bytes now and then.
+	first := true
 	for {
-		if now := time.Now(); br.Buffered() == 0 || now.After(refresh) {
-			// The deadline only ends the connection if it idles with
-			// nothing in flight, or stalls inside a frame.
-			_ = c.SetReadDeadline(now.Add(idle))
-			refresh = now.Add(idle / 2)
-		}
 		if br.Buffered() == 0 {
+			wait := idle
+			if first {
+				wait = t.cfg.HandshakeTimeout
+			}
+			_ = c.SetReadDeadline(time.Now().Add(wait))
 			if _, err := br.Peek(1); err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					if sc.inflight.Load() > 0 {
 						continue
 					}
-					t.log.Debug("transport: closing idle RPC connection", "remote", remote)
+					t.log.Debug("transport: closing idle RPC connection", "remote", remote, "first_frame", first)
 					return
 				}
 				sc.readFailed(err, remote)
 				return
 			}
-			// A frame has started: the rest gets its own full interval.
-			now := time.Now()
-			_ = c.SetReadDeadline(now.Add(idle))
-			refresh = now.Add(idle / 2)
 		}
+		_ = c.SetReadDeadline(time.Now().Add(min(idle, frameTimeout)))
 		f, err := readFrame(br, maxLen)
 		if err != nil {
 			sc.readFailed(err, remote)
 			return
 		}
+		first = false
 		t.stats.callsIn.Add(1)
 		select {
 		case sem <- struct{}{}:
@@ -82,6 +86,10 @@ func (t *Transport) serveRPC(c *trackedConn) {
 		}()
 	}
 }
+
+// frameTimeout bounds the reading of one frame once its first byte arrived.
+// A 1 MiB frame at 100 KiB/s still fits. A variable for tests.
+var frameTimeout = 10 * time.Second
 
 // readFailed logs and counts why a served connection's read loop ended.
 func (sc *serverConn) readFailed(err error, remote string) {

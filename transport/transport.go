@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -71,7 +72,8 @@ type Config struct {
 	// within the caller's context. Default DefaultDialTimeout (2s).
 	DialTimeout time.Duration
 	// HandshakeTimeout is how long an accepted connection has to send its
-	// stream byte before it is closed (slow loris), and how long a raft
+	// stream byte (with TLS: to complete the TLS handshake and send its
+	// stream byte) before it is closed (slow loris), and how long a raft
 	// stream waits for StreamLayer.Accept. Default DefaultHandshakeTimeout (5s).
 	HandshakeTimeout time.Duration
 	// IdleTimeout closes RPC connections with no call in flight: Call's
@@ -86,12 +88,19 @@ type Config struct {
 	// DefaultMaxConns (512).
 	MaxConns int
 	// MaxConnsPerPeer bounds the inbound connections open at once from one
-	// remote IP address, so one host flooding the port cannot take every
+	// remote IPv4 address or IPv6 /64, so one host flooding the port cannot take every
 	// MaxConns slot from the rest of the cluster. Connections beyond it are
 	// closed as soon as they are accepted, logged and counted. A peer needs
 	// a few (raft's pool and raftpace's RPC pool). Default
 	// DefaultMaxConnsPerPeer (64); at most MaxConns.
 	MaxConnsPerPeer int
+	// TLS, when set, runs every connection over mutual TLS 1.3 with the
+	// cluster CA (see TLSConfig for the trust model). The TLS handshake comes
+	// first and the stream byte inside it. Peers must agree: a TLS transport
+	// refuses plaintext dialers and a transport without TLS refuses TLS
+	// dialers, each with a log line naming the remote address. Default: nil
+	// (plaintext).
+	TLS *TLSConfig
 	// Logger receives the transport's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -178,6 +187,11 @@ func (cfg Config) validate() error {
 	if cfg.MaxConns < 0 {
 		bad("MaxConns %d must not be negative", cfg.MaxConns)
 	}
+	if cfg.TLS != nil {
+		if err := cfg.TLS.Check(); err != nil {
+			bad("TLS.Cert: %w", err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -208,7 +222,12 @@ type Transport struct {
 	raft  *streamLayer
 	epoch time.Time // base for monotonic timestamps
 
+	// With Config.TLS: the accepting and the dialing side's TLS settings.
+	tlsServer, tlsClient *tls.Config
+
 	stats counters
+
+	rejectLog, peerLog sampledLog // a flood must not flood the logs too
 }
 
 // New validates cfg, listens on cfg.BindAddr and starts accepting
@@ -240,6 +259,9 @@ func New(cfg Config) (*Transport, error) {
 		closed: make(chan struct{}),
 		conns:  make(map[*trackedConn]struct{}),
 		epoch:  time.Now(),
+	}
+	if cfg.TLS != nil {
+		t.tlsServer, t.tlsClient = cfg.TLS.serverTLS(), cfg.TLS.clientTLS()
 	}
 	t.raft = &streamLayer{t: t, ch: make(chan net.Conn), done: make(chan struct{})}
 	t.wg.Add(1)
@@ -307,8 +329,13 @@ func (t *Transport) now() time.Duration { return time.Since(t.epoch) }
 
 // trackedConn is every connection the transport owns: Close closes them all.
 // Its Close is idempotent and releases the connection's MaxConns slot.
+// Conn is what streams read and write (the TLS connection with TLS); raw
+// is the TCP connection under it, which Close closes (so Close never waits
+// on a TLS write, and an accepted connection's Conn may be replaced by its
+// TLS connection while Close runs).
 type trackedConn struct {
 	net.Conn
+	raw     net.Conn
 	t       *Transport
 	inbound bool
 	peer    netip.Addr // inbound: the remote IP counted in perPeer
@@ -317,9 +344,9 @@ type trackedConn struct {
 }
 
 // track wraps c and registers it; if the transport is closed it closes c and
-// returns ErrClosed.
-func (t *Transport) track(c net.Conn, inbound bool) (*trackedConn, error) {
-	tc := &trackedConn{Conn: c, t: t, inbound: inbound}
+// returns ErrClosed. raw is the TCP connection under c (c itself without TLS).
+func (t *Transport) track(c, raw net.Conn, inbound bool) (*trackedConn, error) {
+	tc := &trackedConn{Conn: c, raw: raw, t: t, inbound: inbound}
 	t.mu.Lock()
 	if t.isClosed {
 		t.mu.Unlock()
@@ -351,7 +378,7 @@ func (t *Transport) track(c net.Conn, inbound bool) (*trackedConn, error) {
 // Close closes the connection and forgets it.
 func (c *trackedConn) Close() error {
 	c.once.Do(func() {
-		c.err = c.Conn.Close()
+		c.err = c.raw.Close()
 		c.t.mu.Lock()
 		delete(c.t.conns, c)
 		if c.inbound {
@@ -369,8 +396,8 @@ func (c *trackedConn) Close() error {
 	return c.err
 }
 
-// acceptLoop is the one place connections are accepted. (TLS, when added,
-// wraps the accepted conn here, before the stream byte is read.)
+// acceptLoop is the one place connections are accepted; handshake then
+// runs TLS (with Config.TLS) and reads the stream byte.
 func (t *Transport) acceptLoop() {
 	defer t.wg.Done()
 	var delay time.Duration
@@ -397,16 +424,16 @@ func (t *Transport) acceptLoop() {
 		// past the limit.
 		if t.stats.connsIn.Load() >= int64(t.cfg.MaxConns) {
 			t.stats.rejectedConns.Add(1)
-			t.log.Warn("transport: too many connections; closing new one",
+			t.rejectLog.warn(t.log, "transport: too many connections; closing new ones (logged at most once a second)",
 				"remote", c.RemoteAddr().String(), "max_conns", t.cfg.MaxConns)
 			_ = c.Close()
 			continue
 		}
 		remote := c.RemoteAddr().String()
-		tc, err := t.track(c, true)
+		tc, err := t.track(c, c, true)
 		if errors.Is(err, errPeerLimit) {
 			t.stats.rejectedPeer.Add(1)
-			t.log.Warn("transport: too many connections from one peer; closing new one",
+			t.peerLog.warn(t.log, "transport: too many connections from one peer; closing new ones (logged at most once a second)",
 				"remote", remote, "max_conns_per_peer", t.cfg.MaxConnsPerPeer)
 			continue
 		}
@@ -418,26 +445,63 @@ func (t *Transport) acceptLoop() {
 	}
 }
 
-// handshake reads the stream byte of an accepted connection and hands the
-// connection to its stream.
+// handshake reads the stream byte of an accepted connection, after the TLS
+// handshake with Config.TLS, and hands the connection to its stream. All of
+// it must happen within HandshakeTimeout.
 func (t *Transport) handshake(c *trackedConn) {
+	remote := c.RemoteAddr().String()
+	_ = c.raw.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 	var b [1]byte
-	_ = c.SetReadDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	if _, err := io.ReadFull(c.Conn, b[:]); err != nil {
-		switch {
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			t.stats.rejectedHandshake.Add(1)
-			t.log.Warn("transport: no stream byte before handshake timeout; closing",
-				"remote", c.RemoteAddr().String(), "timeout", t.cfg.HandshakeTimeout)
-		case t.closing():
-		default:
-			t.log.Debug("transport: connection closed before its stream byte",
-				"remote", c.RemoteAddr().String(), "err", err)
-		}
-		_ = c.Close()
+	if _, err := io.ReadFull(c.raw, b[:]); err != nil {
+		t.handshakeFailed(c, remote, "no stream byte", err)
 		return
 	}
-	_ = c.SetReadDeadline(time.Time{})
+	switch {
+	case t.tlsServer != nil && b[0] != tlsRecordHandshake:
+		t.stats.rejectedTLS.Add(1)
+		t.log.Warn("transport: plaintext connection from "+remote+": this cluster requires TLS; refusing it",
+			"remote", remote, "byte", fmt.Sprintf("%#02x", b[0]))
+		t.refusePlaintext(c)
+		return
+	case t.tlsServer == nil && b[0] == tlsRecordHandshake:
+		t.stats.rejectedTLS.Add(1)
+		t.log.Warn("transport: TLS handshake from "+remote+" but this node has no TLS configured; refusing it",
+			"remote", remote)
+		t.lingerClose(c)
+		return
+	case t.tlsServer != nil:
+		tc := tls.Server(&prefixConn{Conn: c.raw, first: []byte{b[0]}}, t.tlsServer)
+		if err := tc.HandshakeContext(t.ctx); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) || t.closing() {
+				t.handshakeFailed(c, remote, "no TLS handshake", err)
+				return
+			}
+			t.stats.rejectedTLS.Add(1)
+			if isRemoteAlert(err) {
+				t.log.Warn("transport: TLS handshake from "+remote+" failed: the peer refused this node's certificate (is it signed by the peer's cluster CA?); closing",
+					"remote", remote, "err", err)
+			} else {
+				t.log.Warn("transport: TLS handshake from "+remote+" refused; closing", "remote", remote, "err", err)
+			}
+			t.lingerClose(c)
+			return
+		}
+		c.Conn = tc // before the handoff: no other goroutine reads Conn yet
+		if _, err := io.ReadFull(tc, b[:]); err != nil {
+			t.handshakeFailed(c, remote, "no stream byte", err)
+			return
+		}
+		if b[0] == streamRaft || b[0] == streamRPC {
+			// Echo the stream byte: the dialer learns that its certificate
+			// was accepted (TLS 1.3 dialers finish their handshake before
+			// the server has checked it).
+			if _, err := tc.Write(b[:]); err != nil {
+				t.handshakeFailed(c, remote, "stream byte not acknowledged", err)
+				return
+			}
+		}
+	}
+	_ = c.raw.SetDeadline(time.Time{})
 	switch b[0] {
 	case streamRaft:
 		t.raft.handoff(c)
@@ -446,15 +510,32 @@ func (t *Transport) handshake(c *trackedConn) {
 	default:
 		t.stats.rejectedStream.Add(1)
 		t.log.Warn("transport: unknown stream byte; closing",
-			"remote", c.RemoteAddr().String(), "byte", fmt.Sprintf("%#02x", b[0]))
+			"remote", remote, "byte", fmt.Sprintf("%#02x", b[0]))
 		_ = c.Close()
 	}
 }
 
+// handshakeFailed logs and closes a connection that ended or timed out
+// before its stream was selected.
+func (t *Transport) handshakeFailed(c *trackedConn, remote, what string, err error) {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		t.stats.rejectedHandshake.Add(1)
+		t.log.Warn("transport: "+what+" before handshake timeout; closing",
+			"remote", remote, "timeout", t.cfg.HandshakeTimeout)
+	case t.closing():
+	default:
+		t.log.Debug("transport: connection closed before its stream was selected",
+			"remote", remote, "stage", what, "err", err)
+	}
+	_ = c.Close()
+}
+
 // dial is the one place outbound connections are made: it connects to addr
-// within ctx and DialTimeout (cancelled by Close too), writes the stream
-// byte and registers the connection. (TLS, when added, wraps the conn here,
-// before the stream byte is written.)
+// within ctx and DialTimeout (cancelled by Close too), runs the TLS handshake
+// (with Config.TLS), writes the stream byte and registers the connection.
+// With TLS it also waits for the peer's echo of the stream byte, so that a
+// peer refusing this node's certificate fails the dial, not a later read.
 func (t *Transport) dial(ctx context.Context, addr string, stream byte, timeout time.Duration) (*trackedConn, error) {
 	if t.closing() {
 		return nil, ErrClosed
@@ -468,16 +549,22 @@ func (t *Transport) dial(ctx context.Context, addr string, stream byte, timeout 
 	defer stop()
 
 	t.stats.dials.Add(1)
-	c, err := t.dialer().DialContext(dctx, "tcp", addr)
+	var conn net.Conn
+	raw, err := t.dialer().DialContext(dctx, "tcp", addr)
 	if err == nil {
-		if dl, ok := dctx.Deadline(); ok {
-			_ = c.SetWriteDeadline(dl)
-		}
-		if _, err = c.Write([]byte{stream}); err == nil {
-			err = c.SetWriteDeadline(time.Time{})
+		if t.tlsClient != nil {
+			conn, err = t.dialTLS(dctx, raw, stream)
+		} else {
+			conn = raw
+			if dl, ok := dctx.Deadline(); ok {
+				_ = raw.SetWriteDeadline(dl)
+			}
+			if _, err = raw.Write([]byte{stream}); err == nil {
+				err = raw.SetWriteDeadline(time.Time{})
+			}
 		}
 		if err != nil {
-			_ = c.Close()
+			_ = raw.Close()
 		}
 	}
 	if err != nil {
@@ -487,14 +574,47 @@ func (t *Transport) dial(ctx context.Context, addr string, stream byte, timeout 
 			return nil, fmt.Errorf("transport: dial %s: %w", addr, ErrClosed)
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("transport: dial %s: %w", addr, ctx.Err())
-		case dctx.Err() != nil:
+		case dctx.Err() != nil && !errors.Is(err, ErrTLS):
 			return nil, fmt.Errorf("transport: dial %s: timed out after %v: %w", addr, timeout, dctx.Err())
 		}
 		return nil, fmt.Errorf("transport: dial %s: %w", addr, err)
 	}
-	tc, err := t.track(c, false)
+	tc, err := t.track(conn, raw, false)
 	if err != nil {
 		return nil, fmt.Errorf("transport: dial %s: %w", addr, err)
+	}
+	return tc, nil
+}
+
+// dialTLS runs the client side of the TLS handshake on raw, writes the
+// stream byte and waits for the peer to echo it, all within dctx.
+func (t *Transport) dialTLS(dctx context.Context, raw net.Conn, stream byte) (net.Conn, error) {
+	tc := tls.Client(raw, t.tlsClient)
+	if err := tc.HandshakeContext(dctx); err != nil {
+		return nil, explainHandshake(err)
+	}
+	if dl, ok := dctx.Deadline(); ok {
+		_ = raw.SetDeadline(dl)
+	}
+	// Close (or the caller) cancelling dctx ends the wait at once.
+	stopWait := context.AfterFunc(dctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
+	var b [1]byte
+	_, err := tc.Write([]byte{stream})
+	if err == nil {
+		_, err = io.ReadFull(tc, b[:])
+	}
+	if !stopWait() {
+		// dctx ended: the deadline was (or is being) moved into the past.
+		return nil, errors.Join(dctx.Err(), err)
+	}
+	if err != nil {
+		return nil, explainAccept(err)
+	}
+	if b[0] != stream {
+		return nil, fmt.Errorf("%w: the peer answered stream byte %#02x with %#02x", ErrTLS, stream, b[0])
+	}
+	if err := raw.SetDeadline(time.Time{}); err != nil {
+		return nil, err
 	}
 	return tc, nil
 }
@@ -520,6 +640,11 @@ type Stats struct {
 	// RejectedPeer: accepted while MaxConnsPerPeer connections from the
 	// same IP were open.
 	RejectedPeer uint64
+	// RejectedTLS: a plaintext dialer on a TLS transport, a TLS dialer on a
+	// transport without TLS, or a TLS handshake that failed (a certificate
+	// not signed by the cluster CA, none at all, an old TLS version).
+	// Handshakes that time out count in RejectedHandshake.
+	RejectedTLS uint64
 
 	// ConnsIn and ConnsOut are the connections open now, raft and RPC.
 	ConnsIn, ConnsOut int64
@@ -536,7 +661,7 @@ type Stats struct {
 
 type counters struct {
 	accepted, rejectedStream, rejectedConns, rejectedFrame, rejectedHandshake atomic.Uint64
-	rejectedPeer                                                              atomic.Uint64
+	rejectedPeer, rejectedTLS                                                 atomic.Uint64
 	connsIn, connsOut                                                         atomic.Int64
 	dials, dialErrors                                                         atomic.Uint64
 	callsIn, handlerErrors                                                    atomic.Uint64
@@ -553,6 +678,7 @@ func (t *Transport) Stats() Stats {
 		RejectedFrame:     c.rejectedFrame.Load(),
 		RejectedHandshake: c.rejectedHandshake.Load(),
 		RejectedPeer:      c.rejectedPeer.Load(),
+		RejectedTLS:       c.rejectedTLS.Load(),
 		ConnsIn:           c.connsIn.Load(),
 		ConnsOut:          c.connsOut.Load(),
 		Dials:             c.dials.Load(),
@@ -562,7 +688,7 @@ func (t *Transport) Stats() Stats {
 		CallsOut:          c.callsOut.Load(),
 		CallErrors:        c.callErrors.Load(),
 	}
-	s.Rejected = s.RejectedStream + s.RejectedConns + s.RejectedFrame + s.RejectedHandshake + s.RejectedPeer
+	s.Rejected = s.RejectedStream + s.RejectedConns + s.RejectedFrame + s.RejectedHandshake + s.RejectedPeer + s.RejectedTLS
 	return s
 }
 
@@ -581,10 +707,42 @@ func (t *Transport) dialer() *net.Dialer {
 // errPeerLimit: a peer already has MaxConnsPerPeer inbound connections.
 var errPeerLimit = errors.New("transport: too many connections from one peer")
 
-// remoteIP is the connection's remote IP (unmapped), or the zero Addr.
+// remoteIP is the peer a connection counts against in MaxConnsPerPeer: its
+// IPv4 address, or its IPv6 /64 (one host commonly holds a whole /64, so
+// counting single IPv6 addresses would not bound it); the zero Addr if the
+// connection is not TCP.
 func remoteIP(c net.Conn) netip.Addr {
-	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return ta.AddrPort().Addr().Unmap()
+	ta, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}
 	}
-	return netip.Addr{}
+	a := ta.AddrPort().Addr().Unmap()
+	if a.Is6() {
+		if p, err := a.Prefix(64); err == nil {
+			return p.Addr()
+		}
+	}
+	return a
+}
+
+// sampledLog writes a warning at most once a second, with the number of
+// occurrences it left out since the last one.
+type sampledLog struct {
+	mu      sync.Mutex
+	last    time.Time
+	dropped int
+}
+
+func (l *sampledLog) warn(log *slog.Logger, msg string, args ...any) {
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.last) < time.Second {
+		l.dropped++
+		l.mu.Unlock()
+		return
+	}
+	dropped := l.dropped
+	l.last, l.dropped = now, 0
+	l.mu.Unlock()
+	log.Warn(msg, append(args, "not_logged_since_last", dropped)...)
 }
