@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"sort"
@@ -45,6 +46,19 @@ type gossip struct {
 	kick     chan struct{}
 	// lastRejoin is when rejoinFailed last ran (reconcile goroutine only).
 	lastRejoin time.Time
+	// tlsChecks remembers, with TLS, the members whose raft address failed
+	// the leader's TLS check, so it is not retried on every reconcile
+	// (reconcile goroutine only).
+	tlsChecks map[string]tlsCheck
+}
+
+// tlsCheck is the last failed TLS check of a member.
+type tlsCheck struct {
+	addr      string
+	err       string
+	retryAt   time.Time
+	loggedAt  time.Time
+	succeeded bool
 }
 
 type gossipMember struct {
@@ -76,9 +90,21 @@ func newGossip(n *Node) (*gossip, error) {
 	// The label is checked on every packet: another cluster's gossip is
 	// dropped, not merged.
 	mc.Label = n.cfg.ClusterName
+	// With a key every packet and stream is encrypted and authenticated
+	// (AES-GCM, the label as associated data), and unencrypted ones are
+	// refused: a node without the key can neither join nor be heard.
+	key, err := n.cfg.gossipKey()
+	if err != nil {
+		return nil, err
+	}
+	if key != nil {
+		mc.SecretKey = key
+		mc.GossipVerifyIncoming = true
+		mc.GossipVerifyOutgoing = true
+	}
 	mc.Delegate = g
 	mc.Events = g
-	mc.Logger = logging.StdLogger(n.log.With("component", "memberlist"))
+	mc.Logger = log.New(&gossipKeyHint{w: logging.StdLogger(n.log.With("component", "memberlist")).Writer()}, "", 0)
 	if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
 		bt, err := newBoundTransport(ip, port, mc.Logger)
 		if err != nil {
@@ -103,6 +129,35 @@ func newGossip(n *Node) (*gossip, error) {
 	ln := ml.LocalNode()
 	g.advert = net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
 	return g, nil
+}
+
+// gossipKeyHintText is added to every gossip error that comes from nodes
+// not sharing one gossip key: memberlist only says that it could not
+// decrypt, or that one side encrypts and the other does not.
+const gossipKeyHintText = "gossip key mismatch? every node of a cluster needs the same gossip key (GossipKeyFile, --gossip-key-file), or none"
+
+// gossipKeyMismatch reports whether a memberlist error is about encryption.
+func gossipKeyMismatch(err error) bool {
+	if err == nil {
+		return false
+	}
+	s := strings.ToLower(err.Error())
+	return strings.Contains(s, "decrypt") || strings.Contains(s, "encrypt")
+}
+
+// gossipKeyHint passes memberlist's log lines on, adding the key hint to
+// those about encryption.
+type gossipKeyHint struct{ w io.Writer }
+
+func (h *gossipKeyHint) Write(p []byte) (int, error) {
+	line := strings.TrimRight(string(p), "\r\n")
+	if gossipKeyMismatch(errors.New(line)) {
+		if _, err := h.w.Write([]byte(line + " (" + gossipKeyHintText + ")\n")); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return h.w.Write(p)
 }
 
 func splitHostPort(hp string) (string, int, error) {
@@ -247,7 +302,11 @@ func (n *Node) joinLoop(addrs []string) {
 			n.log.Info("joined gossip", "contacted", count)
 			return
 		}
-		n.log.Warn("join: no gossip address answered; retrying", "addrs", addrs, "err", err, "in", backoff)
+		if gossipKeyMismatch(err) {
+			n.log.Error("join refused: "+gossipKeyHintText+"; retrying", "addrs", addrs, "err", err, "in", backoff)
+		} else {
+			n.log.Warn("join: no gossip address answered; retrying", "addrs", addrs, "err", err, "in", backoff)
+		}
 		if sleepCtx(context.Background(), n.ctx, backoff) != nil {
 			return
 		}
@@ -420,6 +479,9 @@ func (n *Node) reconcile() error {
 		s, known := inRaft[id]
 		switch {
 		case m.alive && m.meta.Addr != "" && (!known || string(s.Address) != m.meta.Addr) && !n.gossip.isDeparted(id):
+			if !n.passesTLSCheck(id, m.meta.Addr) {
+				continue
+			}
 			var err error
 			if voters < n.cfg.Voters || (known && s.Suffrage == raft.Voter) {
 				n.log.Info("adding voter", "member", id, "addr", m.meta.Addr)
@@ -454,6 +516,45 @@ func (n *Node) reconcile() error {
 	}
 	errs = append(errs, n.syncMembers())
 	return errors.Join(errs...)
+}
+
+// passesTLSCheck reports whether the leader may add member id at addr to
+// raft. Without TLS, always. With TLS gossip is not enough (a node that has
+// the gossip key but no certificate of the cluster CA gossips like anyone
+// else): the leader must first open a connection to addr, which succeeds
+// only when both ends accept each other's certificate. A failure is logged
+// (once per address and error, and at most every 30s) and retried after 5s.
+func (n *Node) passesTLSCheck(id, addr string) bool {
+	if !n.cfg.tlsEnabled() {
+		return true
+	}
+	g := n.gossip
+	if g.tlsChecks == nil {
+		g.tlsChecks = make(map[string]tlsCheck)
+	}
+	prev, seen := g.tlsChecks[id]
+	now := time.Now()
+	if seen && prev.addr == addr && !prev.succeeded && now.Before(prev.retryAt) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
+	err := n.trans.Probe(ctx, addr)
+	cancel()
+	if err == nil {
+		if seen && !prev.succeeded {
+			n.log.Info("member passed the TLS check", "member", id, "addr", addr)
+		}
+		g.tlsChecks[id] = tlsCheck{addr: addr, succeeded: true}
+		return true
+	}
+	c := tlsCheck{addr: addr, err: err.Error(), retryAt: now.Add(5 * time.Second), loggedAt: prev.loggedAt}
+	if !seen || prev.addr != addr || prev.err != c.err || now.Sub(prev.loggedAt) >= 30*time.Second {
+		n.log.Warn("not adding member to raft: its address failed the TLS check (is its certificate signed by the cluster CA?)",
+			"member", id, "addr", addr, "err", err)
+		c.loggedAt = now
+	}
+	g.tlsChecks[id] = c
+	return false
 }
 
 // syncMembers keeps the replicated member list equal to raft's configuration.
@@ -528,6 +629,9 @@ func (n *Node) Join(ctx context.Context, addrs []string) (int, error) {
 	}
 	count, err := n.gossip.ml.Join(addrs)
 	if count == 0 {
+		if gossipKeyMismatch(err) {
+			return 0, fmt.Errorf("node: join %v: refused: %s: %w", addrs, gossipKeyHintText, err)
+		}
 		return 0, fmt.Errorf("node: join %v: no address answered: %w", addrs, err)
 	}
 	return count, nil

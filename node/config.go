@@ -1,14 +1,18 @@
 package node
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/transport"
 )
 
 // Config configures a Node. It is validated by New; nothing in it can be
@@ -104,6 +108,24 @@ type Config struct {
 	// Logger receives the node's logs, raft's and memberlist's included.
 	// Default: discard.
 	Logger *slog.Logger
+
+	// TLSCAFile, TLSCertFile and TLSKeyFile (PEM) turn on mutual TLS 1.3
+	// for raft and RPC between nodes: the cluster CA's certificate, this
+	// node's certificate (signed by that CA, extended key usages serverAuth
+	// and clientAuth) and its private key. All three or none. Any
+	// certificate the CA signed is a member (transport.TLSConfig): keep the
+	// CA's key offline. Every node of a cluster must agree; a node without
+	// TLS cannot talk to one with it, and the leader adds to raft only a
+	// member whose address passes the TLS check. `raftpace tls init` and
+	// `raftpace tls node NAME` write these files.
+	TLSCAFile, TLSCertFile, TLSKeyFile string
+	// GossipKeyFile names a file holding the key that encrypts and
+	// authenticates gossip (memberlist's SecretKey, AES-GCM): the base64 of
+	// 16, 24 or 32 random bytes (`raftpace tls init` writes 32). Every node
+	// needs the same key; a node with another key, or none, cannot join and
+	// the log of both sides says "gossip key mismatch?". Default: gossip in
+	// the clear.
+	GossipKeyFile string
 
 	// Unsafe turns protections off. Each one breaks the ceiling on
 	// purpose; they exist so that tests can show their checks fail without
@@ -293,7 +315,61 @@ func (c Config) validate() error {
 	if c.LeaseSpan < time.Millisecond || c.LeaseSpan*2 >= c.HorizonAhead {
 		bad("LeaseSpan", c.LeaseSpan, "must be at least 1ms and less than HorizonAhead/2")
 	}
+	if _, err := c.tlsConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := c.gossipKey(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// tlsEnabled reports whether the node runs its transport over TLS.
+func (c Config) tlsEnabled() bool { return c.TLSCertFile != "" }
+
+// tlsConfig loads the TLS files: nil without TLS. Its errors are config
+// errors naming the fields and files.
+func (c Config) tlsConfig() (*transport.TLSConfig, error) {
+	given := map[string]string{"TLSCAFile": c.TLSCAFile, "TLSCertFile": c.TLSCertFile, "TLSKeyFile": c.TLSKeyFile}
+	var have, missing []string
+	for _, f := range []string{"TLSCAFile", "TLSCertFile", "TLSKeyFile"} {
+		if given[f] != "" {
+			have = append(have, f)
+		} else {
+			missing = append(missing, f)
+		}
+	}
+	switch {
+	case len(have) == 0:
+		return nil, nil
+	case len(missing) > 0:
+		return nil, fmt.Errorf("%w: TLSCAFile, TLSCertFile and TLSKeyFile must be given together (%s given, %s missing)",
+			ErrInvalidConfig, strings.Join(have, ", "), strings.Join(missing, ", "))
+	}
+	tc, err := transport.LoadTLSConfig(c.TLSCAFile, c.TLSCertFile, c.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: TLS: %w", ErrInvalidConfig, err)
+	}
+	return tc, nil
+}
+
+// gossipKey reads GossipKeyFile: nil without one.
+func (c Config) gossipKey() ([]byte, error) {
+	if c.GossipKeyFile == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(c.GossipKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: GossipKeyFile: %w", ErrInvalidConfig, err)
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("%w: GossipKeyFile %q: must hold the base64 of 16, 24 or 32 random bytes: %w", ErrInvalidConfig, c.GossipKeyFile, err)
+	}
+	if n := len(key); n != 16 && n != 24 && n != 32 {
+		return nil, fmt.Errorf("%w: GossipKeyFile %q: the key is %d bytes; it must be 16, 24 or 32 (raftpace tls init writes 32)", ErrInvalidConfig, c.GossipKeyFile, n)
+	}
+	return key, nil
 }
 
 // reapAfter is how long the leader waits without hearing from a member

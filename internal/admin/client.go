@@ -39,7 +39,8 @@ func (e *UnreachableError) Unwrap() []error { return []error{ErrUnreachable, e.E
 
 // Error is an error answer of the admin API. It unwraps to the node
 // sentinel its status stands for: node.ErrInvalidRequest (400),
-// node.ErrUnknownKey (404), node.ErrNoLeader (503).
+// node.ErrUnknownKey (404), node.ErrNoLeader (503), or to ErrUnauthorized
+// (401).
 type Error struct {
 	StatusCode int    // HTTP status
 	Message    string // the server's message
@@ -56,6 +57,8 @@ func (e *Error) Unwrap() error {
 		return node.ErrUnknownKey
 	case http.StatusServiceUnavailable:
 		return node.ErrNoLeader
+	case http.StatusUnauthorized:
+		return ErrUnauthorized
 	}
 	return nil
 }
@@ -69,6 +72,12 @@ type Client struct {
 	// HTTP is the client used; nil means http.DefaultClient. Time limits
 	// come from the contexts passed to each method.
 	HTTP *http.Client
+	// Token, when set, is sent as "Authorization: Bearer Token": the agent's
+	// --http-token-file.
+	Token string
+	// TokenFile, when Token is empty, names a file holding the token (as
+	// ReadToken reads it), read at every request.
+	TokenFile string
 }
 
 // maxResponseBytes bounds what the client reads of one answer.
@@ -101,6 +110,15 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, wantS
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	tok := c.Token
+	if tok == "" && c.TokenFile != "" {
+		if tok, err = ReadToken(c.TokenFile); err != nil {
+			return fmt.Errorf("admin: --token-file: %w", err)
+		}
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	hc := c.HTTP
 	if hc == nil {
 		hc = http.DefaultClient

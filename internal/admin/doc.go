@@ -2,8 +2,13 @@
 // client the operator's commands use to call it.
 //
 // An agent serves NewHandler(n) on its --http address (default
-// 127.0.0.1:7402). The API speaks JSON and is meant for the local operator:
-// it has no authentication, so bind it to loopback or a private interface.
+// 127.0.0.1:7402). The API speaks JSON and is meant for the local operator.
+// With WithToken (the agent's --http-token-file or RAFTPACE_HTTP_TOKEN)
+// every /v1/ route requires "Authorization: Bearer TOKEN" and answers 401
+// {"error":...} without it; other paths (health and metrics endpoints) stay
+// open. The agent refuses to serve it on a non-loopback address without a
+// token. The API is plain HTTP: on a shared network, reach it through a
+// tunnel or a TLS-terminating proxy.
 //
 // # Routes
 //
@@ -36,6 +41,7 @@
 //	400  invalid input: a key or limit that fails validation (the message is
 //	     fsm's, naming the field and the rule), malformed JSON, unknown
 //	     fields, trailing data, a body over 64 KiB (MaxBodyBytes)
+//	401  a token is required and the request had none or another one
 //	404  no limit is set for the key (node.ErrUnknownKey), or no such route
 //	405  the route exists but not for this method (see the Allow header)
 //	503  no leader could be reached (node.ErrNoLeader), the node is closed,

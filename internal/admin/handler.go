@@ -81,19 +81,27 @@ type setLimitRequest struct {
 const limitsPrefix = "/v1/limits/"
 
 // NewHandler returns the admin API for n. See the package documentation
-// for its routes and errors.
-func NewHandler(n Node) http.Handler {
-	return &handler{n: n}
+// for its routes and errors. WithToken makes it require a bearer token.
+func NewHandler(n Node, opts ...Option) http.Handler {
+	h := &handler{n: n}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
 }
 
 type handler struct {
-	n Node
+	n         Node
+	tokenHash *[32]byte // SHA-256 of the bearer token; nil: no token required
 }
 
 // ServeHTTP routes by hand instead of with http.ServeMux: the mux cleans
 // paths (a key ".." would be redirected away) and answers errors in text.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
+	if !h.authorized(w, r) {
+		return
+	}
 	if h.serveGate(w, r) {
 		return
 	}
