@@ -69,6 +69,12 @@ type Node struct {
 	// admittedHist counts this node's grants to its callers, grantedHist
 	// (while it leads) the slots it granted to the fleet; see history.go.
 	admittedHist, grantedHist history
+
+	// Monitoring (metrics.go): outcomes per key, the wait of granted
+	// reservations, raft apply latency, leadership transitions.
+	keyCounts           keyOutcomes
+	waitHist, applyHist *histogram
+	leaderTransitions   atomic.Uint64
 }
 
 type counters struct {
@@ -98,6 +104,8 @@ func New(cfg Config) (n *Node, err error) {
 		slotNonce: newSlotNonce(),
 		ctx:       ctx,
 		cancel:    cancel,
+		waitHist:  newHistogram(WaitBuckets),
+		applyHist: newHistogram(ApplyBuckets),
 	}
 	defer func() {
 		if err != nil {
@@ -112,22 +120,28 @@ func New(cfg Config) (n *Node, err error) {
 	n.pacer.share = n.shares.fraction
 	n.fallback = newFallback(n)
 	n.fsm.onMembers = func() { n.shares.setMembers(n.state.Members()) }
+	n.fsm.onLimit = n.pacer.setLimit
 	if cfg.PostgresURL != "" {
 		n.pg = newPGLink(n)
 		n.fsm.onMembers = func() { n.shares.setMembers(n.state.Members()); n.pg.changed() }
 		n.fsm.onLimit = func(key string, lim fsm.Limit, ok bool) { n.pacer.setLimit(key, lim, ok); n.pg.changed() }
+		n.fsm.onGate = n.pg.changed
 	}
 	n.pacer.fresh = cfg.Unsafe.FreshStart
 	if cfg.Unsafe != (Unsafe{}) {
 		n.log.Warn("UNSAFE test options set: this node may break the ceiling", "options", fmt.Sprintf("%+v", cfg.Unsafe))
 	}
-	n.fsm.onLimit = n.pacer.setLimit
 	n.fsm.onReset = n.pacer.reset
 
+	tlsCfg, err := cfg.tlsConfig() // validated above; nil without TLS
+	if err != nil {
+		return nil, err
+	}
 	n.trans, err = transport.New(transport.Config{
 		BindAddr:      cfg.BindAddr,
 		AdvertiseAddr: cfg.AdvertiseAddr,
 		Handler:       n.handleRPC,
+		TLS:           tlsCfg,
 		Logger:        n.log.With("component", "transport"),
 	})
 	if err != nil {
@@ -297,6 +311,7 @@ func (n *Node) leadershipLoop(notify <-chan bool) {
 		case <-n.ctx.Done():
 			return
 		case leader := <-notify:
+			n.leaderTransitions.Add(1)
 			gen := n.pacer.stepDown()
 			n.shares.stepDown()
 			if !leader {
@@ -363,8 +378,11 @@ func (n *Node) commit(c fsm.Command, timeout time.Duration) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
+	begin := time.Now()
 	f := n.raft.Apply(data, timeout)
-	if err := f.Error(); err != nil {
+	err = f.Error()
+	n.applyHist.observe(time.Since(begin))
+	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return 0, errNotLeader
 		}
@@ -395,7 +413,7 @@ func (r Reservation) Delay() time.Duration { return max(0, time.Until(r.At)) }
 // counts, and every request with leases disabled, go to the leader one by
 // one (forwarded by a follower), retried within maxWait when a grant
 // arrives too late to be used within UseGrace.
-func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (Reservation, error) {
+func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (r Reservation, err error) {
 	if err := fsm.ValidateKey(key); err != nil {
 		return Reservation{}, fmt.Errorf("node: reserve: %w: %w", ErrInvalidRequest, err)
 	}
@@ -405,13 +423,15 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 	if maxWait < 0 {
 		maxWait = 0
 	}
-	deadline := time.Now().Add(maxWait)
-	if err := n.gate(ctx, key, maxWait); err != nil {
-		return Reservation{}, err
-	}
+	begin := time.Now()
+	deadline := begin.Add(maxWait)
+	defer func() { n.reserved(key, count, begin, r, err) }()
 	for {
 		if n.closed() {
 			return Reservation{}, ErrClosed
+		}
+		if err := n.gate(ctx, key, max(0, time.Until(deadline))); err != nil {
+			return Reservation{}, err
 		}
 		if n.fallback.current() != ModeRaft {
 			r, err := n.fallback.reserve(key, count, time.Until(deadline))
@@ -432,8 +452,8 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 			}
 		}
 		r, err := n.reserveRaft(ctx, key, count, max(0, time.Until(deadline)))
-		if errors.Is(err, errModeChanged) {
-			continue
+		if errors.Is(err, errModeChanged) || errors.Is(err, errLeaderPaused) {
+			continue // dispatch again; the gate now holds the pause
 		}
 		return r, err
 	}
@@ -556,6 +576,9 @@ func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWai
 	}
 	if resp.Code == codeLimitExceeded {
 		return 0, &LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
+	}
+	if resp.Code == codePaused {
+		return 0, n.leaderPaused(key, resp.Wait)
 	}
 	if err := errFor(resp.Code, resp.Msg); err != nil {
 		if errors.Is(err, errNotLeader) {
@@ -717,6 +740,11 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		// The caller's deadline does not travel with the request: bound the
 		// wait for a horizon by the caller's own maximum, so the leader does
 		// not grant a slot long after the follower gave up on it.
+		// A node that has not applied a pause yet (one just restarted, or
+		// lagging) must not be granted a paused key.
+		if p := n.PausedFor(m.Key); p > 0 {
+			return reserveResp{Code: codePaused, Wait: p}.encode(), nil
+		}
 		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
 		defer cancel()
 		wait, err := n.pacer.reserve(ctx, n.ctx.Done(), m.Key, m.Count, m.MaxWait)
@@ -739,6 +767,9 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		}
 		if err != nil {
 			return leaseResp{Code: codeInvalid, Msg: truncate(err.Error(), maxMsgLen)}.encode(), nil
+		}
+		if p := n.PausedFor(m.Key); p > 0 {
+			return leaseResp{Code: codePaused, Wait: p}.encode(), nil
 		}
 		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
 		defer cancel()
@@ -782,7 +813,7 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 			msg = truncate(err.Error(), maxMsgLen)
 		}
 		return indexResp{Code: codeFor(err), Index: index, Msg: msg}.encode(), nil
-	case rpcPause, rpcAcquireSlots, rpcReleaseSlots, rpcSetCap:
+	case rpcPause, rpcAcquireSlots, rpcReleaseSlots, rpcSetCap, rpcSync:
 		return n.handleGateRPC(ctx, method, req)
 	case rpcRemoveServer:
 		m, err := decodeRemoveServerReq(req)

@@ -91,11 +91,12 @@ func checkSlotKeys(keys []string) ([]string, error) {
 // under every key's cap. Past maxWait it returns a *ConcurrencyLimitError;
 // a key without a cap gives ErrUnknownKey. Waiting callers are not served
 // in order.
-func (n *Node) AcquireSlots(ctx context.Context, keys []string, ttl, maxWait time.Duration) (Slot, error) {
-	keys, err := checkSlotKeys(keys)
+func (n *Node) AcquireSlots(ctx context.Context, keys []string, ttl, maxWait time.Duration) (_ Slot, err error) {
+	keys, err = checkSlotKeys(keys)
 	if err != nil {
 		return Slot{}, fmt.Errorf("node: acquire slots: %w", err)
 	}
+	defer func() { n.slotsAcquired(keys, err) }()
 	if ttl <= 0 || ttl > n.cfg.MaxSlotTTL {
 		return Slot{}, fmt.Errorf("node: acquire slots %q: %w: ttl %v must be in (0, %v] (Config.MaxSlotTTL)", keys, ErrInvalidRequest, ttl, n.cfg.MaxSlotTTL)
 	}

@@ -58,6 +58,50 @@ type MemberStatus struct {
 	ShareHeld  bool    `json:"share_held"` // (leader's view) the leader holds its share now
 	Health     string  `json:"health"`     // alive, failed (left or unreachable), unknown (not seen in gossip yet)
 	Leader     bool    `json:"leader"`
+	// Mode is how the member admits, as this node knows it: on the leader,
+	// MemberRaft while it holds the member's share, MemberFallback when it
+	// does not (the member paces itself at its fraction, locally or pooled,
+	// or is about to), MemberStopped when the member has not answered for
+	// ShareTTL + FallbackFor (it has stopped admitting). On other nodes only
+	// the node's own entry has a mode (its own); the others are "".
+	Mode string `json:"mode,omitempty"`
+	// LastContact is, on the leader, how long ago the member last answered
+	// a share renewal (measured from when the renewal was sent, or from the
+	// start of this leadership if it has not answered since). 0 on other
+	// nodes.
+	LastContact time.Duration `json:"last_contact_ns,omitempty"`
+}
+
+// Member modes as the leader sees them (MemberStatus.Mode).
+const (
+	MemberRaft     = "raft"
+	MemberFallback = "fallback"
+	MemberStopped  = "stopped"
+)
+
+// Ready reports whether the node can admit events under the promise now:
+// it is in raft mode and knows a leader that grants (itself, past its
+// barrier, or another node), or it paces in fallback (local or pooled)
+// with a fraction > 0. Otherwise reason says why not.
+func (st Status) Ready() (ok bool, reason string) {
+	switch st.Mode {
+	case ModeRaft.String():
+		switch {
+		case st.Leader == "":
+			return false, "no leader known"
+		case st.Leader == st.ID && !st.Granting:
+			return false, "elected leader, not granting yet (waiting for its barrier)"
+		}
+		return true, ""
+	case ModeLocal.String(), ModePooled.String():
+		if st.Fraction <= 0 {
+			return false, "in " + st.Mode + " fallback with no fraction of its own"
+		}
+		return true, ""
+	case ModeStopped.String():
+		return false, "stopped: fallback budget exhausted, waiting for a leader to renew this node's share"
+	}
+	return false, "mode " + st.Mode
 }
 
 // LimitStatus is one key's limit and, on the leader, its pacing state.
@@ -156,6 +200,13 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			}
 			if v, ok := sv[m.ID]; ok {
 				m.Fraction, m.ShareHeld = v.Fraction, v.Held
+				if st.Granting {
+					m.LastContact = v.LastAck
+					m.Mode = n.memberMode(v)
+				}
+			}
+			if m.ID == st.ID && m.Mode == "" {
+				m.Mode = st.Mode
 			}
 			st.Members = append(st.Members, m)
 			seen[m.ID] = true
@@ -188,4 +239,15 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	}
 	sort.Slice(st.Caps, func(i, j int) bool { return st.Caps[i].Key < st.Caps[j].Key })
 	return st, nil
+}
+
+// memberMode is the leader's view of a member's mode from its share state.
+func (n *Node) memberMode(v shareView) string {
+	switch {
+	case v.Held:
+		return MemberRaft
+	case v.LastAck > n.cfg.ShareTTL+n.cfg.FallbackFor:
+		return MemberStopped
+	}
+	return MemberFallback
 }

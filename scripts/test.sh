@@ -43,5 +43,22 @@ if ! command -v ip >/dev/null; then
   fi
 fi
 
+# ... and Debian's chromium, the headless browser that loads the agent's
+# status page in e2e/observe_test.go (skipped without it, failed under CI).
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing chromium for the status page test"
+    apt_log=$(mktemp /tmp/raftpace-apt.XXXXXX.log)
+    if { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; } </dev/null >"$apt_log" 2>&1; then
+      rm -f "$apt_log"
+    else
+      tail -n 30 "$apt_log" >&2
+      echo "test.sh: apt-get install chromium failed (full log in $apt_log)" >&2
+    fi
+  else
+    echo "test.sh: the status page test needs chromium (apt-get install chromium) and is skipped without it" >&2
+  fi
+fi
+
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...

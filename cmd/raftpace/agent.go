@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -79,6 +80,88 @@ type agentConfig struct {
 	postgresSchema      string
 	fallbackFor         time.Duration
 	reapMargin          time.Duration
+	agentSecurity
+}
+
+// agentSecurity is the agent's TLS, gossip key and admin token flags.
+type agentSecurity struct {
+	tlsCA, tlsCert, tlsKey string
+	gossipKeyFile          string
+	httpTokenFile          string
+	httpTokenEnv           string // RAFTPACE_HTTP_TOKEN, set by the command before validate
+	httpToken              string // the token in force, set by validate
+}
+
+const securityAbout = `
+
+Security: --tls-ca, --tls-cert and --tls-key run raft and RPC between
+nodes over mutual TLS 1.3 with a cluster CA, and --gossip-key-file
+encrypts gossip ('raftpace tls init' and 'raftpace tls node NAME' write
+them). Every node of a cluster needs the same CA and gossip key: a node
+without them, or with others, cannot join, and both sides log why. With
+--http-token-file (or RAFTPACE_HTTP_TOKEN holding the token itself) the
+admin API's /v1/ routes require "Authorization: Bearer TOKEN" (operator
+commands: --token-file or RAFTPACE_TOKEN); without a token --http must
+be a loopback address.`
+
+// register adds the security flags.
+func (s *agentSecurity) register(f *flags) {
+	f.StringVar(&s.tlsCA, "tls-ca", "", "cluster CA certificate `FILE` (PEM): with --tls-cert and --tls-key, mutual TLS\nbetween nodes; peers must hold a certificate this CA signed")
+	f.StringVar(&s.tlsCert, "tls-cert", "", "this node's certificate `FILE` (PEM), signed by --tls-ca")
+	f.StringVar(&s.tlsKey, "tls-key", "", "this node's private key `FILE` (PEM)")
+	f.StringVar(&s.gossipKeyFile, "gossip-key-file", "", "`FILE` holding the gossip encryption key (base64 of 32 bytes); every node\nneeds the same one")
+	f.StringVar(&s.httpTokenFile, "http-token-file", "", "`FILE` holding the bearer token the admin API requires on /v1/ routes;\nrequired when --http is not a loopback address (or set RAFTPACE_HTTP_TOKEN)")
+	f.withEnv("tls-ca", "tls-cert", "tls-key", "gossip-key-file", "http-token-file")
+}
+
+// validate checks the security flags and reads the admin token.
+func (s *agentSecurity) validate(bad func(error), httpOn bool, httpAddr string) {
+	var have, missing []string
+	for _, fl := range []struct{ name, v string }{{"--tls-ca", s.tlsCA}, {"--tls-cert", s.tlsCert}, {"--tls-key", s.tlsKey}} {
+		if fl.v != "" {
+			have = append(have, fl.name)
+		} else {
+			missing = append(missing, fl.name)
+		}
+	}
+	if len(have) > 0 && len(missing) > 0 {
+		bad(fmt.Errorf("--tls-ca, --tls-cert and --tls-key go together (%s given, %s missing)",
+			strings.Join(have, ", "), strings.Join(missing, ", ")))
+	}
+	switch {
+	case s.httpTokenFile != "" && s.httpTokenEnv != "":
+		bad(errors.New("--http-token-file and RAFTPACE_HTTP_TOKEN are both set: use one"))
+	case s.httpTokenFile != "":
+		tok, err := admin.ReadToken(s.httpTokenFile)
+		if err != nil {
+			bad(fmt.Errorf("--http-token-file: %w", err))
+		}
+		s.httpToken = tok
+	case s.httpTokenEnv != "":
+		tok, err := admin.CheckToken(s.httpTokenEnv, "RAFTPACE_HTTP_TOKEN")
+		if err != nil {
+			bad(err)
+		}
+		s.httpToken = tok
+	}
+	if httpOn && s.httpTokenFile == "" && s.httpTokenEnv == "" {
+		if host, _, err := net.SplitHostPort(httpAddr); err == nil && !loopbackHost(host) {
+			bad(fmt.Errorf("--http %q on a non-loopback address needs --http-token-file (or RAFTPACE_HTTP_TOKEN): the admin API can change limits and make the node leave", httpAddr))
+		}
+	}
+}
+
+// loopbackHost reports whether host may be a loopback address: a loopback
+// IP, "localhost", or a name that is not an IP (checked again on the
+// address the listener bound). "" (every interface) is not.
+func loopbackHost(host string) bool {
+	if host == "" {
+		return false
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.Unmap().IsLoopback()
+	}
+	return true
 }
 
 func agentFlags() (*flags, *agentConfig) {
@@ -117,6 +200,8 @@ func agentFlags() (*flags, *agentConfig) {
 		"ready-file", "load-mode", "no-leases", "lease-span", "use-grace",
 		"share-ttl", "fallback-for", "reap-margin", "postgres", "postgres-schema")
 	f.env["postgres"] = "RAFTPACE_POSTGRES_URL" // the name operators know from libpq-style setups
+	a.agentSecurity.register(f)
+	f.about += securityAbout
 	a.loadFlags.register(f, true)
 	a.gate.register(f)
 	return f, a
@@ -222,6 +307,7 @@ func (a *agentConfig) validate() (node.Config, []loadSpec, error) {
 			bad(fmt.Errorf("%w (or \"off\")", err))
 		}
 	}
+	a.agentSecurity.validate(bad, a.httpOn(), a.httpAddr)
 	if a.bootstrapExpect < 0 {
 		bad(fmt.Errorf("--bootstrap-expect %d: must be >= 0", a.bootstrapExpect))
 	}
@@ -275,6 +361,10 @@ func (a *agentConfig) validate() (node.Config, []loadSpec, error) {
 		PostgresSchema:      a.postgresSchema,
 		FallbackFor:         a.fallbackFor,
 		ReapMargin:          a.reapMargin,
+		TLSCAFile:           a.tlsCA,
+		TLSCertFile:         a.tlsCert,
+		TLSKeyFile:          a.tlsKey,
+		GossipKeyFile:       a.gossipKeyFile,
 		Unsafe: node.Unsafe{
 			FreshStart:       a.unsafeFreshStart,
 			SpendExpired:     a.unsafeSpendExpired,
@@ -365,6 +455,7 @@ func (c *cli) agent(name string, args []string) error {
 	if err := f.noArgs(pos); err != nil {
 		return err
 	}
+	a.httpTokenEnv, _ = c.getenv("RAFTPACE_HTTP_TOKEN")
 	cfg, specs, err := a.validate()
 	if err != nil {
 		return err
@@ -397,7 +488,14 @@ func (c *cli) agent(name string, args []string) error {
 			return fmt.Errorf("agent: --http: %w", err)
 		}
 		defer ln.Close()
+		// A host name passed validate: check the address it bound.
+		if ta, ok := ln.Addr().(*net.TCPAddr); ok && a.httpToken == "" && !ta.IP.IsLoopback() {
+			return &configError{problems: []string{fmt.Sprintf(
+				"--http %q bound %s, a non-loopback address: it needs --http-token-file (or RAFTPACE_HTTP_TOKEN)", a.httpAddr, ta)}}
+		}
 	}
+	log.Info("security", "node_tls", cfg.TLSCertFile != "", "gossip_encrypted", cfg.GossipKeyFile != "",
+		"admin_token", a.httpToken != "")
 
 	n, err := node.New(cfg)
 	if err != nil {
@@ -415,7 +513,7 @@ func (c *cli) agent(name string, args []string) error {
 	if ln != nil {
 		httpAddr = ln.Addr().String()
 		srv = &http.Server{
-			Handler:           admin.NewHandler(&agentNode{Node: n, log: log, left: left}),
+			Handler:           newHTTPHandler(n, admin.NewHandler(&agentNode{Node: n, log: log, left: left}, admin.WithToken(a.httpToken)), a.httpToken),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       30 * time.Second,
 			IdleTimeout:       2 * time.Minute,

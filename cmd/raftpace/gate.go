@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,21 +55,27 @@ request). 'raftpace status' shows the slots in use.
 `
 
 func (c *cli) slots(name string, args []string) error {
-	if len(args) == 0 {
-		return &usageError{cmd: "slots", msg: "missing subcommand: set, delete or list", usage: slotsUsage}
-	}
-	switch args[0] {
-	case "set":
-		return c.slotsSet(args[1:])
-	case "delete", "rm":
-		return c.slotsDelete(args[1:])
-	case "list", "ls":
-		return c.slotsList(args[1:])
-	case "help", "-h", "--help":
+	sub, help := findSubcommand(args)
+	if help {
 		fmt.Fprint(c.stdout, slotsUsage)
 		return errHelp
 	}
-	return &usageError{cmd: "slots", msg: fmt.Sprintf("unknown subcommand %q: want set, delete or list", args[0]), usage: slotsUsage}
+	if sub < 0 || args[sub] == "--" {
+		return &usageError{cmd: "slots", msg: "missing subcommand: set, delete or list", usage: slotsUsage}
+	}
+	rest := append(slices.Clone(args[:sub]), args[sub+1:]...)
+	switch args[sub] {
+	case "set":
+		return c.slotsSet(rest)
+	case "delete", "rm":
+		return c.slotsDelete(rest)
+	case "list", "ls":
+		return c.slotsList(rest)
+	case "help":
+		fmt.Fprint(c.stdout, slotsUsage)
+		return errHelp
+	}
+	return &usageError{cmd: "slots", msg: fmt.Sprintf("unknown subcommand %q: want set, delete or list", args[sub]), usage: slotsUsage}
 }
 
 func (c *cli) slotsSet(args []string) error {

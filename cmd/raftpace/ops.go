@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -24,21 +27,38 @@ var version = "dev"
 
 // adminOpts are the flags shared by the commands that call an agent.
 type adminOpts struct {
-	addr    string
-	timeout time.Duration
+	addr      string
+	timeout   time.Duration
+	tokenFile string
+	getenv    func(string) (string, bool) // the command's environment, set by context
 }
 
 func addAdminFlags(f *flags) *adminOpts {
 	o := &adminOpts{}
 	f.StringVar(&o.addr, "addr", "127.0.0.1:7402", "`HOST:PORT` of the agent's admin API (its --http)")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "give up after `DURATION`")
-	f.withEnv("addr", "timeout")
+	f.StringVar(&o.tokenFile, "token-file", "", "`FILE` holding the agent's admin token (its --http-token-file);\nwithout it, the token is read from RAFTPACE_TOKEN if set")
+	f.withEnv("addr", "timeout", "token-file")
 	return o
 }
 
-func (o *adminOpts) client() *admin.Client { return &admin.Client{Addr: o.addr} }
+// client calls the agent at --addr with the token of --token-file, or else
+// of RAFTPACE_TOKEN.
+func (o *adminOpts) client() *admin.Client {
+	cl := &admin.Client{Addr: o.addr, TokenFile: o.tokenFile}
+	if o.tokenFile == "" {
+		getenv := o.getenv
+		if getenv == nil {
+			getenv = os.LookupEnv
+		}
+		cl.Token, _ = getenv("RAFTPACE_TOKEN")
+		cl.Token = strings.TrimSpace(cl.Token)
+	}
+	return cl
+}
 
 func (o *adminOpts) context(c *cli) (context.Context, context.CancelFunc) {
+	o.getenv = c.getenv
 	if o.timeout <= 0 {
 		return context.WithCancel(c.ctx)
 	}
@@ -48,10 +68,16 @@ func (o *adminOpts) context(c *cli) (context.Context, context.CancelFunc) {
 // ---- status ---------------------------------------------------------------
 
 func (c *cli) status(name string, args []string) error {
-	f := newFlags("status", "[--json] [flags]",
-		"Prints the cluster as the agent at --addr sees it: the leader and term, this\nnode's raft state, the members and the limits. --json prints the agent's\nstatus document as is.")
+	f := newFlags("status", "[--json] [--watch [--interval 2s]] [flags]",
+		"Prints the cluster as the agent at --addr sees it: this node, the leader and\n"+
+			"term, the members (role, health, and on the leader each member's mode, share\n"+
+			"and last contact) and each key's limit, admitted rate over the last 10 s,\n"+
+			"pause and slots. --json prints the agent's status document as is. --watch\n"+
+			"prints it again every --interval, clearing the screen, until interrupted.")
 	o := addAdminFlags(f)
 	asJSON := f.Bool("json", false, "print the status document as JSON")
+	watch := f.Bool("watch", false, "refresh every --interval until interrupted (Ctrl-C)")
+	interval := f.Duration("interval", 2*time.Second, "with --watch: the refresh period (`DURATION`, at least 100ms)")
 	pos, err := c.parse(f, args)
 	if err != nil {
 		return err
@@ -59,17 +85,53 @@ func (c *cli) status(name string, args []string) error {
 	if err := f.noArgs(pos); err != nil {
 		return err
 	}
-	ctx, cancel := o.context(c)
-	defer cancel()
-	st, err := o.client().Status(ctx)
-	if err != nil {
-		return fmt.Errorf("status: %w", err)
+	if *watch && *interval < 100*time.Millisecond {
+		return f.usageError("--interval %v: must be at least 100ms", *interval)
 	}
-	if *asJSON {
-		return printJSON(c.stdout, st)
+	if !*watch {
+		ctx, cancel := o.context(c)
+		defer cancel()
+		st, err := o.client().Status(ctx)
+		if err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+		if *asJSON {
+			return printJSON(c.stdout, st)
+		}
+		printStatus(c.stdout, st)
+		return nil
 	}
-	printStatus(c.stdout, st)
-	return nil
+	// --watch: one screen per interval; a failed read is shown and retried
+	// (an agent restarting comes back on the next one). SIGINT ends it.
+	for {
+		ctx, cancel := o.context(c)
+		st, err := o.client().Status(ctx)
+		cancel()
+		if c.ctx.Err() != nil {
+			return nil
+		}
+		var b bytes.Buffer
+		switch {
+		case *asJSON && err != nil:
+			printJSON(&b, map[string]string{"error": err.Error()})
+		case *asJSON:
+			printJSON(&b, st)
+		default:
+			b.WriteString("\x1b[H\x1b[2J") // cursor home, clear screen
+			fmt.Fprintf(&b, "raftpace status --addr %s, every %v (Ctrl-C to stop)   %s\n\n", o.addr, *interval, time.Now().Format("15:04:05"))
+			if err != nil {
+				fmt.Fprintf(&b, "status: %v\n", err)
+			} else {
+				printStatus(&b, st)
+			}
+		}
+		if _, err := c.stdout.Write(b.Bytes()); err != nil {
+			return err
+		}
+		if !sleep(c.ctx, *interval) {
+			return nil
+		}
+	}
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -79,6 +141,7 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// printStatus prints st as aligned tables: the node, the members, the keys.
 func printStatus(w io.Writer, st node.Status) {
 	leader := st.Leader
 	if leader == "" {
@@ -88,47 +151,152 @@ func printStatus(w io.Writer, st node.Status) {
 	if st.Granting {
 		state += ", granting"
 	}
+	ready, why := st.Ready()
+	readiness := "ready"
+	if !ready {
+		readiness = "NOT READY: " + why
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "Node:\t%s (%s)\n", st.ID, state)
-	fmt.Fprintf(tw, "Leader:\t%s\n", leader)
-	fmt.Fprintf(tw, "Term:\t%d\n", st.Term)
+	fmt.Fprintf(tw, "Leader:\t%s, term %d\n", leader, st.Term)
+	fmt.Fprintf(tw, "Mode:\t%s, %s\n", st.Mode, readiness)
+	if st.Granting {
+		fmt.Fprintf(tw, "Fractions:\tits own %s, held %s (of each key's rate the leader may grant now)\n", formatFrac(st.Fraction), formatFrac(st.HeldFraction))
+	} else {
+		fmt.Fprintf(tw, "Fraction:\t%s (its fallback share of each key's rate)\n", formatFrac(st.Fraction))
+	}
 	fmt.Fprintf(tw, "Applied index:\t%d\n", st.AppliedIndex)
 	fmt.Fprintf(tw, "Addresses:\traft %s, gossip %s\n", st.Addr, st.GossipAddr)
 	s := st.Stats
-	fmt.Fprintf(tw, "Stats:\tgranted=%d refused=%d unknown_key=%d forwarded=%d late_grants=%d\n",
-		s.Granted, s.Refused, s.UnknownKey, s.Forwarded, s.LateGrants)
+	fmt.Fprintf(tw, "Stats:\tgranted=%d refused=%d unknown_key=%d forwarded=%d late_grants=%d paused_refusals=%d\n",
+		s.Granted, s.Refused, s.UnknownKey, s.Forwarded, s.LateGrants, s.PausedRefusals)
 	tw.Flush()
 
 	fmt.Fprintf(w, "\nMembers (%d):\n", len(st.Members))
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tADDR\tROLE\tHEALTH\tLEADER")
+	fmt.Fprintln(tw, "ID\tADDR\tROLE\tHEALTH\tLEADER\tMODE\tSHARE\tFRACTION\tLAST CONTACT")
 	for _, m := range st.Members {
 		mark := ""
 		if m.Leader {
 			mark = "*"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.ID, m.Addr, m.Role, m.Health, mark)
+		share, contact := "-", "-"
+		if st.Granting {
+			share = "not held"
+			if m.ShareHeld {
+				share = "held"
+			}
+		}
+		if m.LastContact > 0 {
+			contact = formatAgo(m.LastContact)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Addr, m.Role, m.Health, mark,
+			orDash(m.Mode), share, formatFrac(m.Fraction), contact)
 	}
 	tw.Flush()
+	if !st.Granting && len(st.Members) > 0 {
+		fmt.Fprintln(w, "(mode of the other members, share and last contact: the leader's view; ask the leader)")
+	}
 
-	fmt.Fprintf(w, "\nLimits (%d):\n", len(st.Limits))
-	if len(st.Limits) == 0 {
-		fmt.Fprintln(w, "(none set: raftpace limit set KEY --rate R)")
-	} else {
-		lims := make(map[string]fsm.Limit, len(st.Limits))
-		for _, l := range st.Limits {
-			lims[l.Key] = fsm.Limit{Rate: l.Rate, Burst: l.Burst}
+	printKeys(w, st)
+}
+
+// printKeys prints one row per key with a limit, a cap or a pause.
+func printKeys(w io.Writer, st node.Status) {
+	type row struct {
+		lim   *node.LimitStatus
+		pause time.Duration
+		cap   *node.CapStatus
+	}
+	rows := map[string]*row{}
+	get := func(k string) *row {
+		if rows[k] == nil {
+			rows[k] = &row{}
 		}
-		printLimits(w, lims)
+		return rows[k]
 	}
-	if len(st.Pauses) > 0 {
-		fmt.Fprintf(w, "\nPauses (%d):\n", len(st.Pauses))
-		printPauses(w, st.Pauses)
+	for i := range st.Limits {
+		get(st.Limits[i].Key).lim = &st.Limits[i]
 	}
-	if len(st.Caps) > 0 {
-		fmt.Fprintf(w, "\nConcurrency caps (%d):\n", len(st.Caps))
-		printCaps(w, st.Caps)
+	for _, p := range st.Pauses {
+		get(p.Key).pause = p.Remaining
 	}
+	for i := range st.Caps {
+		get(st.Caps[i].Key).cap = &st.Caps[i]
+	}
+	keys := make([]string, 0, len(rows))
+	for k := range rows {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	fmt.Fprintf(w, "\nKeys (%d):\n", len(keys))
+	if len(keys) == 0 {
+		fmt.Fprintln(w, "(no limits set: raftpace limit set KEY --rate R)")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "KEY\tRATE\tBURST\tADMITTED 10s"
+	if st.Granting {
+		head += "\tFLEET 10s"
+	}
+	fmt.Fprintln(tw, head+"\tPAUSED\tSLOTS")
+	for _, k := range keys {
+		r := rows[k]
+		rate, burst, admitted, fleet := "-", "-", "-", "-"
+		if r.lim != nil {
+			rate, burst = formatRate(r.lim.Rate)+"/s", strconv.Itoa(r.lim.Burst)
+			admitted, fleet = formatObserved(r.lim.Admitted10s), formatObserved(r.lim.Granted10s)
+		}
+		pause, slots := "-", "-"
+		if r.pause > 0 {
+			pause = r.pause.Round(100 * time.Millisecond).String()
+		}
+		if r.cap != nil {
+			slots = fmt.Sprintf("%d/%d", r.cap.InUse, r.cap.Max)
+		}
+		line := k + "\t" + rate + "\t" + burst + "\t" + admitted
+		if st.Granting {
+			line += "\t" + fleet
+		}
+		fmt.Fprintln(tw, line+"\t"+pause+"\t"+slots)
+	}
+	tw.Flush()
+	fmt.Fprint(w, "(ADMITTED 10s: events/s this node admitted over the last 10 s")
+	if st.Granting {
+		fmt.Fprint(w, "; FLEET 10s: slots/s this leader granted to the whole fleet, leased slots included")
+	}
+	fmt.Fprintln(w, "; SLOTS: in use/cap)")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// formatObserved prints a measured rate with a sensible precision.
+func formatObserved(r float64) string {
+	switch {
+	case r == 0:
+		return "0/s"
+	case r >= 100:
+		return fmt.Sprintf("%.0f/s", r)
+	case r >= 10:
+		return fmt.Sprintf("%.1f/s", r)
+	}
+	return fmt.Sprintf("%.2f/s", r)
+}
+
+// formatFrac prints a fraction to 3 decimals (1/3: 0.333).
+func formatFrac(f float64) string { return strconv.FormatFloat(math.Round(f*1000)/1000, 'f', -1, 64) }
+
+// formatAgo prints a duration since a contact, to the millisecond below 10s.
+func formatAgo(d time.Duration) string {
+	if d < 10*time.Second {
+		return d.Round(time.Millisecond).String() + " ago"
+	}
+	return d.Round(time.Second).String() + " ago"
 }
 
 // printLimits prints an aligned table of limits sorted by key.
@@ -160,29 +328,35 @@ any window of W seconds the cluster admits at most R*W + B events of the key.
 Run 'raftpace limit set -h' for the flags.
 `
 
-// limitValueFlags are the limit subcommands' flags that take a value; the
-// others (--json, -h) do not.
-var limitValueFlags = map[string]bool{"addr": true, "timeout": true, "rate": true, "burst": true}
+// boolFlags are the operator subcommands' flags that take no value.
+var boolFlags = map[string]bool{"json": true, "h": true, "help": true, "watch": true}
 
-func (c *cli) limit(name string, args []string) error {
-	// Flags may come before the subcommand (limit --addr A set K --rate R):
-	// find the first argument that is neither a flag nor a flag's value.
-	sub := -1
+// findSubcommand finds a subcommand among args: flags may come before it
+// (limit --addr A set K --rate R), so it is the first argument that is
+// neither a flag nor a flag's value. help reports a -h before it; sub is
+// -1 if there is none.
+func findSubcommand(args []string) (sub int, help bool) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
-			sub = i
-			break
+			return i, false
 		}
-		flagName := strings.TrimLeft(a, "-")
-		if n, _, hasValue := strings.Cut(flagName, "="); hasValue || !limitValueFlags[n] {
-			if n == "h" || n == "help" {
-				fmt.Fprint(c.stdout, limitUsage)
-				return errHelp
-			}
-			continue
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name == "h" || name == "help" {
+			return -1, true
 		}
-		i++ // skip the flag's value
+		if !hasValue && !boolFlags[name] {
+			i++ // skip the flag's value
+		}
+	}
+	return -1, false
+}
+
+func (c *cli) limit(name string, args []string) error {
+	sub, help := findSubcommand(args)
+	if help {
+		fmt.Fprint(c.stdout, limitUsage)
+		return errHelp
 	}
 	if sub < 0 || args[sub] == "--" {
 		return &usageError{cmd: "limit", msg: "missing subcommand: set, get or list", usage: limitUsage}

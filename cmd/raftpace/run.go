@@ -33,6 +33,7 @@ Operator (talks to an agent's admin API at --addr, default 127.0.0.1:7402):
 
 Tools:
   check     check timeline files against a limit's ceiling R*W+B
+  tls       secure a cluster: tls init (CA, gossip key), tls node NAME (certificate)
   bench     raftpace side by side with Postgres, Redis, x/time/rate and
             gubernator on this machine: latency, throughput, ceilings
   version   print the version
@@ -69,6 +70,7 @@ var commands = []command{
 	{"join", (*cli).join},
 	{"leave", (*cli).leave},
 	{"check", (*cli).check},
+	{"tls", (*cli).tls},
 	{"bench", (*cli).bench},
 	{"version", (*cli).version},
 	// Not listed in the help: the worker process raftpace bench starts.

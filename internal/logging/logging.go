@@ -6,9 +6,12 @@ package logging
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
@@ -49,7 +52,79 @@ func (a *hcAdapter) Log(level hclog.Level, msg string, args ...any) {
 		// error; it is not one.
 		level = hclog.Debug
 	}
-	a.l.Log(context.Background(), toSlog(level), msg, args...)
+	a.l.Log(context.Background(), toSlog(level), msg, a.args(args)...)
+}
+
+// reserved are keys the handler or this package set on every line: an
+// hclog argument of the same name (raft logs "node" for itself, "time" for
+// durations) is renamed NAME_KEY ("raft_node"), or a JSON line would hold
+// the key twice and readers would see raft's value instead of the node id.
+var reserved = map[string]bool{
+	slog.TimeKey: true, slog.LevelKey: true, slog.MessageKey: true, slog.SourceKey: true,
+	"node": true, "component": true, "subsystem": true,
+}
+
+// args renames reserved keys and converts values (hcArgs).
+func (a *hcAdapter) args(args []any) []any {
+	out := hcArgs(args)
+	prefix := a.name
+	if i := strings.IndexByte(prefix, '.'); i >= 0 {
+		prefix = prefix[:i]
+	}
+	if prefix == "" {
+		prefix = "hclog"
+	}
+	for i := 0; i < len(out); i += 2 {
+		if k, ok := out[i].(string); ok && reserved[k] {
+			out[i] = prefix + "_" + k
+		}
+	}
+	return out
+}
+
+// hcArgs converts the values of hclog's key/value pairs into what a slog
+// handler prints as hclog would: hclog.Fmt formatted, hclog.Hex, Octal,
+// Binary and Quote rendered, and other fmt.Stringers (raft passes *Raft,
+// servers, addresses) by their String method. Without it a JSON handler
+// marshals their exported fields instead ("servers":["%+v",[...]]).
+func hcArgs(args []any) []any {
+	out := make([]any, len(args))
+	copy(out, args)
+	for i := 1; i < len(out); i += 2 {
+		out[i] = hcValue(out[i])
+	}
+	return out
+}
+
+func hcValue(v any) (out any) {
+	switch x := v.(type) {
+	case nil, string, bool, int, int64, uint64, float64, error, slog.Value, slog.LogValuer, json.Marshaler:
+		return v
+	case hclog.Format:
+		if len(x) == 0 {
+			return ""
+		}
+		if f, ok := x[0].(string); ok {
+			return fmt.Sprintf(f, x[1:]...)
+		}
+		return fmt.Sprint(x...)
+	case hclog.Hex:
+		return fmt.Sprintf("0x%x", int(x))
+	case hclog.Octal:
+		return fmt.Sprintf("0%o", int(x))
+	case hclog.Binary:
+		return fmt.Sprintf("0b%b", int(x))
+	case hclog.Quote:
+		return strconv.Quote(string(x))
+	case fmt.Stringer:
+		defer func() {
+			if recover() != nil { // a nil pointer with a value String method
+				out = fmt.Sprintf("%#v", v)
+			}
+		}()
+		return x.String()
+	}
+	return v
 }
 
 func closedConn(args []any) bool {
@@ -75,7 +150,7 @@ func (a *hcAdapter) IsWarn() bool       { return a.enabled(hclog.Warn) }
 func (a *hcAdapter) IsError() bool      { return a.enabled(hclog.Error) }
 func (a *hcAdapter) ImpliedArgs() []any { return a.implied }
 func (a *hcAdapter) With(args ...any) hclog.Logger {
-	return &hcAdapter{l: a.l.With(args...), name: a.name, implied: append(append([]any(nil), a.implied...), args...)}
+	return &hcAdapter{l: a.l.With(a.args(args)...), name: a.name, implied: append(append([]any(nil), a.implied...), args...)}
 }
 func (a *hcAdapter) Name() string { return a.name }
 func (a *hcAdapter) Named(name string) hclog.Logger {
