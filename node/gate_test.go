@@ -385,3 +385,15 @@ func TestSlots_ContextDeadlineReadsAsConcurrencyLimit(t *testing.T) {
 		}
 	}
 }
+
+// An unknown key is refused as unknown even with a zero maximum wait (the
+// lease path used to answer "limit exceeded" before asking the leader).
+func TestReserve_UnknownKeyWithZeroWait(t *testing.T) {
+	c := testcluster.New(t, 3)
+	ctx := testcluster.Ctx(t, 20*time.Second)
+	for i := range c.Size() {
+		if _, err := c.Node(i).Reserve(ctx, "nobody-set-this", 1, 0); !errors.Is(err, node.ErrUnknownKey) {
+			t.Errorf("node %d: Reserve of an unknown key with max wait 0 = %v, want ErrUnknownKey", i, err)
+		}
+	}
+}

@@ -167,9 +167,16 @@ func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Durat
 	begin := n.now()
 	backoff := time.Millisecond
 	var lastErr error
+	asked := false // whether a fetch this call waited for has answered
 	for {
 		now := n.now()
 		remaining := int64(maxWait) - (now - begin)
+		if remaining < 0 && !asked {
+			// A zero (or tiny) max wait still deserves one answer from
+			// the leader: a slot free now, or why not (an unknown key
+			// must say so, not "limit exceeded").
+			remaining = 0
+		}
 		if remaining < 0 {
 			if lastErr != nil {
 				return Reservation{}, fmt.Errorf("node: reserve %q: %w within max wait %v: %w", key, ErrNoLeader, maxWait, lastErr)
@@ -201,6 +208,7 @@ func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Durat
 		kl.mu.Unlock()
 		select {
 		case <-f.done:
+			asked = true
 		case <-ctx.Done():
 			return Reservation{}, fmt.Errorf("node: reserve %q: %w", key, ctx.Err())
 		case <-n.ctx.Done():
