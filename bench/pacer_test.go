@@ -90,7 +90,9 @@ func TestPostgres_Statement(t *testing.T) {
 		t.Fatal(err)
 	}
 	took2 := time.Since(before2)
-	near := func(gap, lo, hi time.Duration) bool { return gap >= 100*time.Millisecond-lo && gap <= 100*time.Millisecond+hi }
+	near := func(gap, lo, hi time.Duration) bool {
+		return gap >= 100*time.Millisecond-lo && gap <= 100*time.Millisecond+hi
+	}
 	if gap := r2.At.Sub(r1.At); !near(gap, took+10*time.Millisecond, took2+10*time.Millisecond) {
 		t.Errorf("second slot %v after the first (round trips %v, %v), want 100ms", gap, took, took2)
 	}
