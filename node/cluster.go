@@ -668,48 +668,16 @@ func (n *Node) Leave(ctx context.Context) error {
 	if err := n.gossip.ml.Leave(2 * time.Second); err != nil {
 		n.log.Warn("gossip leave", "err", err)
 	}
-	backoff := 10 * time.Millisecond
-	for {
-		err := n.leaveOnce(ctx)
-		if err == nil {
-			break
-		}
-		if !retryable(err) {
-			return err
-		}
-		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
-			return fmt.Errorf("node: leave: %w: %w", ErrNoLeader, err)
-		}
-		backoff = min(2*backoff, 200*time.Millisecond)
+	err := n.untilDone(ctx, "leave", func() error {
+		_, err := n.indexOnLeader(ctx, "leave", rpcRemoveServer, removeServerReq{ID: n.cfg.NodeID}.encode(),
+			func() (uint64, error) { return n.removeServer(n.cfg.NodeID) })
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	n.log.Info("left the cluster")
 	return n.Close()
-}
-
-func (n *Node) leaveOnce(ctx context.Context) error {
-	if n.raft.State() == raft.Leader {
-		_, err := n.removeServer(n.cfg.NodeID)
-		return err
-	}
-	addr, _ := n.raft.LeaderWithID()
-	if addr == "" {
-		return errRetry
-	}
-	raw, err := n.trans.Call(ctx, string(addr), rpcRemoveServer, removeServerReq{ID: n.cfg.NodeID}.encode())
-	if err != nil {
-		return fmt.Errorf("%w: %w", errRetry, err)
-	}
-	resp, err := decodeIndexResp(raw)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errRetry, err)
-	}
-	if err := errFor(resp.Code, resp.Msg); err != nil {
-		if errors.Is(err, errNotLeader) || resp.Code == codeUnavailable {
-			return fmt.Errorf("%w: %w", errRetry, err)
-		}
-		return fmt.Errorf("node: leave: %w", err)
-	}
-	return nil
 }
 
 // boundTransport is memberlist's network transport with its TCP dials made

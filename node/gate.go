@@ -2,13 +2,10 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"sync"
 	"time"
-
-	"github.com/hashicorp/raft"
 
 	"github.com/raftpace/raftpace/fsm"
 )
@@ -75,56 +72,40 @@ func (n *Node) Pause(ctx context.Context, key string, d time.Duration) (time.Dur
 		return 0, fmt.Errorf("node: pause %q: %w: duration %v must be in (0, %v]", key, ErrInvalidRequest, d, fsm.MaxPause)
 	}
 	n.pausedHere.extend(key, n.now()+int64(d))
-	backoff := time.Millisecond
-	for {
-		if n.closed() {
-			return 0, ErrClosed
-		}
-		remaining, index, err := n.pauseOnce(ctx, key, d)
-		if err == nil {
-			if index > 0 {
-				if err := n.waitApplied(ctx, index); err != nil {
-					return remaining, err
-				}
-			}
-			return remaining, nil
-		}
-		if !retryable(err) {
-			return 0, err
-		}
-		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
-			return 0, fmt.Errorf("node: pause %q: %w: %w (this node holds off for %v anyway)", key, ErrNoLeader, err, d)
-		}
-		backoff = min(2*backoff, 50*time.Millisecond)
+	what := fmt.Sprintf("pause %q", key)
+	var remaining time.Duration
+	var index uint64
+	err := n.untilDone(ctx, what, func() (err error) {
+		remaining, index, err = n.pauseOnce(ctx, what, key, d)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%w (this node holds off for %v anyway)", err, d)
 	}
+	if index > 0 {
+		if err := n.waitApplied(ctx, index); err != nil {
+			return remaining, err
+		}
+	}
+	return remaining, nil
 }
 
-func (n *Node) pauseOnce(ctx context.Context, key string, d time.Duration) (time.Duration, uint64, error) {
-	if n.raft.State() == raft.Leader {
+func (n *Node) pauseOnce(ctx context.Context, what, key string, d time.Duration) (time.Duration, uint64, error) {
+	if n.leading() {
 		return n.leaderPause(key, d)
-	}
-	addr, _ := n.raft.LeaderWithID()
-	if addr == "" {
-		return 0, 0, errRetry
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	raw, err := n.trans.Call(cctx, string(addr), rpcPause, pauseReq{Key: key, For: d}.encode())
+	raw, err := n.callLeader(cctx, what, rpcPause, pauseReq{Key: key, For: d}.encode())
 	if err != nil {
-		if ctx.Err() != nil {
-			return 0, 0, fmt.Errorf("node: pause %q: %w", key, ctx.Err())
-		}
-		return 0, 0, fmt.Errorf("%w: %w", errRetry, err)
+		return 0, 0, err
 	}
 	resp, err := decodePauseResp(raw)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: %w", errRetry, err)
 	}
-	if err := errFor(resp.Code, resp.Msg); err != nil {
-		if errors.Is(err, errNotLeader) || resp.Code == codeUnavailable {
-			return 0, 0, fmt.Errorf("%w: %w", errRetry, err)
-		}
-		return 0, 0, fmt.Errorf("node: pause %q: %w", key, err)
+	if err := leaderErr(what, resp.Code, resp.Msg); err != nil {
+		return 0, 0, err
 	}
 	return resp.Remaining, resp.Index, nil
 }

@@ -601,51 +601,9 @@ func (n *Node) SetLimit(ctx context.Context, key string, lim fsm.Limit) error {
 	if err := lim.Validate(); err != nil {
 		return fmt.Errorf("node: set limit %q: %w: %w", key, ErrInvalidRequest, err)
 	}
-	backoff := time.Millisecond
-	for {
-		if n.closed() {
-			return ErrClosed
-		}
-		index, err := n.setLimitOnce(ctx, key, lim)
-		if err == nil {
-			return n.waitApplied(ctx, index)
-		}
-		if !retryable(err) {
-			return err
-		}
-		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
-			return fmt.Errorf("node: set limit %q: %w: %w", key, ErrNoLeader, err)
-		}
-		backoff = min(2*backoff, 50*time.Millisecond)
-	}
-}
-
-func (n *Node) setLimitOnce(ctx context.Context, key string, lim fsm.Limit) (uint64, error) {
-	if n.raft.State() == raft.Leader {
-		return n.applyLimit(key, lim)
-	}
-	addr, _ := n.raft.LeaderWithID()
-	if addr == "" {
-		return 0, errRetry
-	}
-	raw, err := n.trans.Call(ctx, string(addr), rpcSetLimit, setLimitReq{Key: key, Limit: lim}.encode())
-	if err != nil {
-		if ctx.Err() != nil {
-			return 0, fmt.Errorf("node: set limit %q: %w", key, ctx.Err())
-		}
-		return 0, fmt.Errorf("%w: %w", errRetry, err)
-	}
-	resp, err := decodeIndexResp(raw)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", errRetry, err)
-	}
-	if err := errFor(resp.Code, resp.Msg); err != nil {
-		if errors.Is(err, errNotLeader) || resp.Code == codeUnavailable {
-			return 0, fmt.Errorf("%w: %w", errRetry, err)
-		}
-		return 0, fmt.Errorf("node: set limit %q: %w", key, err)
-	}
-	return resp.Index, nil
+	what := fmt.Sprintf("set limit %q", key)
+	return n.commitOnLeader(ctx, what, rpcSetLimit, setLimitReq{Key: key, Limit: lim}.encode(),
+		func() (uint64, error) { return n.applyLimit(key, lim) })
 }
 
 func (n *Node) applyLimit(key string, lim fsm.Limit) (uint64, error) {

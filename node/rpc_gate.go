@@ -300,56 +300,20 @@ func (n *Node) leaderSyncIndex() (uint64, error) {
 // that just started or restarted may otherwise read state it has not
 // caught up on yet. Register does this before comparing.
 func (n *Node) Sync(ctx context.Context) error {
-	backoff := time.Millisecond
-	for {
-		if n.closed() {
-			return ErrClosed
-		}
-		index, err := n.syncOnce(ctx)
-		if err == nil {
-			// raft's applied index, not the state's: the index may be a
-			// barrier or configuration entry the state never sees.
-			for n.raft.AppliedIndex() < index {
-				if err := sleepCtx(ctx, n.ctx, 2*time.Millisecond); err != nil {
-					return fmt.Errorf("node: sync: waiting to apply index %d: %w", index, err)
-				}
-			}
-			return nil
-		}
-		if !retryable(err) {
-			return err
-		}
-		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
-			return fmt.Errorf("node: sync: %w: %w", ErrNoLeader, err)
-		}
-		backoff = min(2*backoff, 50*time.Millisecond)
-	}
-}
-
-func (n *Node) syncOnce(ctx context.Context) (uint64, error) {
-	if n.raft.State() == raft.Leader {
-		return n.leaderSyncIndex()
-	}
-	addr, _ := n.raft.LeaderWithID()
-	if addr == "" {
-		return 0, errRetry
-	}
-	raw, err := n.trans.Call(ctx, string(addr), rpcSync, []byte{rpcVersion})
+	var index uint64
+	err := n.untilDone(ctx, "sync", func() (err error) {
+		index, err = n.indexOnLeader(ctx, "sync", rpcSync, []byte{rpcVersion}, n.leaderSyncIndex)
+		return err
+	})
 	if err != nil {
-		if ctx.Err() != nil {
-			return 0, fmt.Errorf("node: sync: %w", ctx.Err())
+		return err
+	}
+	// raft's applied index, not the state's: the index may be a barrier or
+	// configuration entry the state never sees.
+	for n.raft.AppliedIndex() < index {
+		if err := sleepCtx(ctx, n.ctx, 2*time.Millisecond); err != nil {
+			return fmt.Errorf("node: sync: waiting to apply index %d: %w", index, err)
 		}
-		return 0, fmt.Errorf("%w: %w", errRetry, err)
 	}
-	resp, err := decodeIndexResp(raw)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", errRetry, err)
-	}
-	if err := errFor(resp.Code, resp.Msg); err != nil {
-		if errors.Is(err, errNotLeader) || resp.Code == codeUnavailable {
-			return 0, fmt.Errorf("%w: %w", errRetry, err)
-		}
-		return 0, fmt.Errorf("node: sync: %w", err)
-	}
-	return resp.Index, nil
+	return nil
 }

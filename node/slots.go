@@ -208,13 +208,7 @@ func (n *Node) acquireOnce(ctx context.Context, req acquireReq) ([]string, error
 	if resp.Code == codeConcurrency {
 		return resp.Full, fmt.Errorf("%w (leader: %s)", ErrConcurrencyLimit, resp.Msg)
 	}
-	if err := errFor(resp.Code, resp.Msg); err != nil {
-		if errors.Is(err, errNotLeader) || resp.Code == codeUnavailable {
-			return nil, fmt.Errorf("%w: %w", errRetry, err)
-		}
-		return nil, fmt.Errorf("node: acquire slots %q: %w", req.Keys, err)
-	}
-	return nil, nil
+	return nil, leaderErr(fmt.Sprintf("acquire slots %q", req.Keys), resp.Code, resp.Msg)
 }
 
 // leaderAcquire grants req once every key has room, waiting up to
@@ -309,24 +303,17 @@ func (n *Node) ReleaseSlot(ctx context.Context, s Slot) error {
 	if !time.Now().Before(s.Deadline) {
 		return nil // expired: the leader reclaims it, and may have already
 	}
-	backoff := time.Millisecond
-	for {
-		if n.closed() {
-			return ErrClosed
-		}
-		err := n.releaseOnce(ctx, []string{s.ID})
-		if err == nil {
-			n.stats.slotsReleased.Add(1)
-			return nil
-		}
-		if !retryable(err) {
-			return err
-		}
-		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
-			return fmt.Errorf("node: release slot %s: %w: %w (it expires at its deadline)", s.ID, ErrNoLeader, err)
-		}
-		backoff = min(2*backoff, 50*time.Millisecond)
+	what := "release slot " + s.ID
+	err := n.untilDone(ctx, what, func() error {
+		_, err := n.indexOnLeader(ctx, what, rpcReleaseSlots, releaseReq{IDs: []string{s.ID}}.encode(),
+			func() (uint64, error) { return n.leaderRelease([]string{s.ID}) })
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%w (the slot expires at its deadline anyway)", err)
 	}
+	n.stats.slotsReleased.Add(1)
+	return nil
 }
 
 func (n *Node) releaseAsync(id string) {
@@ -337,37 +324,6 @@ func (n *Node) releaseAsync(id string) {
 		defer cancel()
 		_ = n.ReleaseSlot(ctx, Slot{ID: id, Deadline: time.Now().Add(time.Minute)})
 	}()
-}
-
-func (n *Node) releaseOnce(ctx context.Context, ids []string) error {
-	if n.raft.State() == raft.Leader {
-		_, err := n.leaderRelease(ids)
-		return err
-	}
-	addr, _ := n.raft.LeaderWithID()
-	if addr == "" {
-		return errRetry
-	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	raw, err := n.trans.Call(cctx, string(addr), rpcReleaseSlots, releaseReq{IDs: ids}.encode())
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w: %w", errRetry, err)
-	}
-	resp, err := decodeIndexResp(raw)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errRetry, err)
-	}
-	if err := errFor(resp.Code, resp.Msg); err != nil {
-		if errors.Is(err, errNotLeader) || resp.Code == codeUnavailable {
-			return fmt.Errorf("%w: %w", errRetry, err)
-		}
-		return fmt.Errorf("node: release slots: %w", err)
-	}
-	return nil
 }
 
 // leaderRelease commits the release of the ids that are still held.
@@ -449,51 +405,9 @@ func (n *Node) DeleteCap(ctx context.Context, key string) error {
 }
 
 func (n *Node) changeCap(ctx context.Context, key string, max int) error {
-	backoff := time.Millisecond
-	for {
-		if n.closed() {
-			return ErrClosed
-		}
-		index, err := n.capOnce(ctx, key, max)
-		if err == nil {
-			return n.waitApplied(ctx, index)
-		}
-		if !retryable(err) {
-			return err
-		}
-		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
-			return fmt.Errorf("node: set cap %q: %w: %w", key, ErrNoLeader, err)
-		}
-		backoff = min(2*backoff, 50*time.Millisecond)
-	}
-}
-
-func (n *Node) capOnce(ctx context.Context, key string, max int) (uint64, error) {
-	if n.raft.State() == raft.Leader {
-		return n.applyCap(key, max)
-	}
-	addr, _ := n.raft.LeaderWithID()
-	if addr == "" {
-		return 0, errRetry
-	}
-	raw, err := n.trans.Call(ctx, string(addr), rpcSetCap, capReq{Key: key, Max: max}.encode())
-	if err != nil {
-		if ctx.Err() != nil {
-			return 0, fmt.Errorf("node: set cap %q: %w", key, ctx.Err())
-		}
-		return 0, fmt.Errorf("%w: %w", errRetry, err)
-	}
-	resp, err := decodeIndexResp(raw)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", errRetry, err)
-	}
-	if err := errFor(resp.Code, resp.Msg); err != nil {
-		if errors.Is(err, errNotLeader) || resp.Code == codeUnavailable {
-			return 0, fmt.Errorf("%w: %w", errRetry, err)
-		}
-		return 0, fmt.Errorf("node: set cap %q: %w", key, err)
-	}
-	return resp.Index, nil
+	what := fmt.Sprintf("set cap %q", key)
+	return n.commitOnLeader(ctx, what, rpcSetCap, capReq{Key: key, Max: max}.encode(),
+		func() (uint64, error) { return n.applyCap(key, max) })
 }
 
 func (n *Node) applyCap(key string, max int) (uint64, error) {
