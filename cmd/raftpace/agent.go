@@ -517,7 +517,7 @@ func (c *cli) agent(name string, args []string) error {
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       30 * time.Second,
 			IdleTimeout:       2 * time.Minute,
-			ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
+			ErrorLog:          slog.NewLogLogger(logger.With("component", "http", "node", cfg.NodeID).Handler(), slog.LevelWarn),
 		}
 		go func() { srvErr <- srv.Serve(ln) }()
 		log.Info("admin API listening", "http", httpAddr)
