@@ -4,17 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"flag"
-	"fmt"
 	"hash/crc32"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
-)
 
-var updateCorpus = flag.Bool("update-corpus", false, "rewrite the seed corpora under testdata/fuzz")
+	"github.com/raftpace/raftpace/internal/fuzzcorpus"
+)
 
 // decodeSeeds are the seed inputs of FuzzDecode: a valid encoding of every
 // command type, and a few near misses.
@@ -78,11 +74,6 @@ func restoreSeeds(t testing.TB) map[string][]byte {
 	return seeds
 }
 
-// corpusFile renders one input in Go's fuzz corpus file format.
-func corpusFile(b []byte) []byte {
-	return fmt.Appendf(nil, "go test fuzz v1\n[]byte(%q)\n", b)
-}
-
 // TestFuzzCorpus checks that the seed corpora in testdata/fuzz match what
 // the seeds above generate; run with -update-corpus to rewrite them.
 func TestFuzzCorpus(t *testing.T) {
@@ -90,27 +81,8 @@ func TestFuzzCorpus(t *testing.T) {
 		"FuzzDecode":  decodeSeeds(t),
 		"FuzzRestore": restoreSeeds(t),
 	} {
-		dir := filepath.Join("testdata", "fuzz", target)
 		for name, b := range seeds {
-			path := filepath.Join(dir, name)
-			want := corpusFile(b)
-			if *updateCorpus {
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, want, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			}
-			got, err := os.ReadFile(path)
-			if err != nil {
-				t.Errorf("seed corpus file missing (run go test -run TestFuzzCorpus -update-corpus): %v", err)
-				continue
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s is stale; run go test -run TestFuzzCorpus -update-corpus", path)
-			}
+			fuzzcorpus.Check(t, target, name, b)
 		}
 	}
 }

@@ -3,11 +3,8 @@ package node
 import (
 	"bytes"
 	"errors"
-	"flag"
-	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -15,9 +12,8 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/fuzzcorpus"
 )
-
-var updateCorpus = flag.Bool("update-corpus", false, "rewrite the seed corpora under testdata/fuzz")
 
 // rpcCodec is one RPC message type: check decodes b and, if the decoder
 // accepts it, checks the message survives a re-encode. It reports whether b
@@ -196,11 +192,6 @@ func rpcSeeds() []rpcSeed {
 	}
 }
 
-// corpusFile renders one input in Go's fuzz corpus file format.
-func corpusFile(b []byte) []byte {
-	return fmt.Appendf(nil, "go test fuzz v1\n[]byte(%q)\n", b)
-}
-
 // TestFuzzCorpus checks that testdata/fuzz/FuzzRPCDecode holds what
 // rpcSeeds generates (other files there, found by the fuzzer, are kept),
 // and that each seed's decoder takes it as its name says. Run with
@@ -210,7 +201,6 @@ func TestFuzzCorpus(t *testing.T) {
 	for _, c := range rpcCodecs {
 		codecs[c.name] = c
 	}
-	dir := filepath.Join("testdata", "fuzz", "FuzzRPCDecode")
 	for _, seed := range rpcSeeds() {
 		c, ok := codecs[seed.msg]
 		if !ok {
@@ -226,25 +216,7 @@ func TestFuzzCorpus(t *testing.T) {
 				t.Errorf("seed %s: re-encodes as %x (%v), input %x", seed.name, m, err, seed.b)
 			}
 		}
-		path := filepath.Join(dir, seed.name)
-		want := corpusFile(seed.b)
-		if *updateCorpus {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, want, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Errorf("seed corpus file missing (run go test -run TestFuzzCorpus ./node -update-corpus): %v", err)
-			continue
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%s is stale; run go test -run TestFuzzCorpus ./node -update-corpus", path)
-		}
+		fuzzcorpus.Check(t, "FuzzRPCDecode", seed.name, seed.b)
 	}
 }
 

@@ -6,19 +6,16 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
-)
 
-var updateCorpus = flag.Bool("update-corpus", false, "rewrite the generated seed corpora under testdata/fuzz")
+	"github.com/raftpace/raftpace/internal/fuzzcorpus"
+)
 
 // fuzzMaxFrame is the MaxFrameSize of the transports the fuzz targets run,
 // the smallest allowed, so that the fuzzer reaches oversize frames easily.
@@ -399,7 +396,6 @@ func TestFuzzCorpus(t *testing.T) {
 		"FuzzCallResponse": responseSeeds(),
 		"FuzzFrameAlloc":   allocSeeds(),
 	} {
-		dir := filepath.Join("testdata", "fuzz", target)
 		for name, b := range seeds {
 			var valid bool
 			switch target {
@@ -416,25 +412,7 @@ func TestFuzzCorpus(t *testing.T) {
 			if valid != strings.HasPrefix(name, "valid-") {
 				t.Errorf("%s seed %s: valid = %v", target, name, valid)
 			}
-			path := filepath.Join(dir, name)
-			want := fmt.Appendf(nil, "go test fuzz v1\n[]byte(%q)\n", b)
-			if *updateCorpus {
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, want, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			}
-			got, err := os.ReadFile(path)
-			if err != nil {
-				t.Errorf("seed corpus file missing (run go test -run TestFuzzCorpus ./transport -update-corpus): %v", err)
-				continue
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s is stale; run go test -run TestFuzzCorpus ./transport -update-corpus", path)
-			}
+			fuzzcorpus.Check(t, target, name, b)
 		}
 	}
 }

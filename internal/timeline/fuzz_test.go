@@ -3,8 +3,6 @@ package timeline
 import (
 	"bytes"
 	"errors"
-	"flag"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftpace/raftpace/internal/fuzzcorpus"
 )
 
 // FuzzParse checks that Parse never panics, that every error is a
@@ -54,8 +54,6 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
-
-var updateCorpus = flag.Bool("update-corpus", false, "rewrite the generated seed corpora under testdata/fuzz")
 
 // writerSeeds are FuzzWriterRoundTrip's seeds: files written by real
 // Writers (valid-*), and near misses of them (invalid-*).
@@ -109,31 +107,12 @@ func writerSeeds(t testing.TB) map[string][]byte {
 // TestFuzzCorpus checks that testdata/fuzz/FuzzWriterRoundTrip holds what
 // writerSeeds generates; run with -update-corpus to rewrite it.
 func TestFuzzCorpus(t *testing.T) {
-	dir := filepath.Join("testdata", "fuzz", "FuzzWriterRoundTrip")
 	for name, b := range writerSeeds(t) {
 		_, err := Parse(bytes.NewReader(b))
 		if valid := strings.HasPrefix(name, "valid-"); valid != (err == nil) {
 			t.Errorf("seed %s: Parse error %v", name, err)
 		}
-		path := filepath.Join(dir, name)
-		want := fmt.Appendf(nil, "go test fuzz v1\n[]byte(%q)\n", b)
-		if *updateCorpus {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, want, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Errorf("seed corpus file missing (run go test -run TestFuzzCorpus ./internal/timeline -update-corpus): %v", err)
-			continue
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%s is stale; run go test -run TestFuzzCorpus ./internal/timeline -update-corpus", path)
-		}
+		fuzzcorpus.Check(t, "FuzzWriterRoundTrip", name, b)
 	}
 }
 
