@@ -4,7 +4,6 @@ import (
 	"io"
 	"maps"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -45,9 +44,9 @@ type fsmAdapter struct {
 	// taken or given back.
 	slots   map[string]heldSlot
 	slotsCh chan struct{}
-	// pauses: key -> local monotonic ns when its pause ends. Copy on write,
-	// so the check on every reservation takes no lock.
-	pauses atomic.Pointer[map[string]int64]
+	// pauses: key -> local monotonic ns when its pause ends (the latest
+	// SetPause entry, measured from this node's apply of it).
+	pauses deadlines
 }
 
 // heldSlot is a concurrency slot as this node measures it.
@@ -93,7 +92,7 @@ func (f *fsmAdapter) Apply(l *raft.Log) any {
 				}
 			}
 		case fsm.SetPause:
-			f.setPauseLocked(c.Key, now, c.For)
+			f.setPause(c.Key, now, c.For)
 		case fsm.AcquireSlots:
 			// A second entry for a held ID (a retried request) renews it:
 			// measured from this apply, it still ends after the holder's
@@ -146,11 +145,12 @@ func (f *fsmAdapter) Restore(rc io.ReadCloser) error {
 	}
 	// Pauses and slots restored count from now: later than they were
 	// measured anywhere else, so they can only last longer.
-	pauses := make(map[string]int64)
-	for key, d := range f.state.Pauses() {
-		pauses[key] = now + int64(d)
-	}
-	f.pauses.Store(&pauses)
+	f.pauses.update(func(m map[string]int64) {
+		clear(m)
+		for key, d := range f.state.Pauses() {
+			m[key] = now + int64(d)
+		}
+	})
 	f.slots = make(map[string]heldSlot)
 	for _, s := range f.state.Slots() {
 		f.slots[s.ID] = heldSlot{holder: s.Holder, keys: s.Keys, expires: now + int64(s.TTL)}
@@ -180,40 +180,17 @@ func (f *fsmAdapter) appliedCh() <-chan struct{} {
 	return f.applied
 }
 
-// setPauseLocked records key's pause as ending d past now (d == 0 clears
-// it). The latest entry overwrites: the leader proposes the maximum of every
+// setPause records key's pause as ending d past now (d == 0 clears it).
+// The latest entry overwrites: the leader proposes the maximum of every
 // hint it has seen (see Node.Pause).
-func (f *fsmAdapter) setPauseLocked(key string, now int64, d time.Duration) {
-	old := f.pauses.Load()
-	next := make(map[string]int64)
-	if old != nil {
-		maps.Copy(next, *old)
-	}
-	if d == 0 {
-		delete(next, key)
-	} else {
-		next[key] = now + int64(d)
-	}
-	f.pauses.Store(&next)
-}
-
-// pauseEnd returns when key's pause ends on this node's clock, if it has one.
-func (f *fsmAdapter) pauseEnd(key string) (int64, bool) {
-	m := f.pauses.Load()
-	if m == nil || len(*m) == 0 {
-		return 0, false
-	}
-	end, ok := (*m)[key]
-	return end, ok
-}
-
-// pauseEnds returns every pause's end.
-func (f *fsmAdapter) pauseEnds() map[string]int64 {
-	m := f.pauses.Load()
-	if m == nil {
-		return map[string]int64{}
-	}
-	return maps.Clone(*m)
+func (f *fsmAdapter) setPause(key string, now int64, d time.Duration) {
+	f.pauses.update(func(m map[string]int64) {
+		if d == 0 {
+			delete(m, key)
+		} else {
+			m[key] = now + int64(d)
+		}
+	})
 }
 
 func (f *fsmAdapter) slotsChangedLocked() {

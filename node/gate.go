@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
@@ -29,30 +30,54 @@ import (
 // caller hears about the failure, and this node at least obeys the refusal
 // it saw.
 
-// localPauses are pauses this node recorded itself, in force at once.
-type localPauses struct {
-	mu  sync.Mutex
-	end map[string]int64 // key -> node monotonic ns
+// deadlines maps keys to deadlines on the node's clock. It is copy on
+// write: Reserve reads it on every reservation without a lock (and, while
+// nothing is paused, reads only a nil pointer); writers, which are rare,
+// serialise on mu.
+type deadlines struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[string]int64]
 }
 
-func (lp *localPauses) extend(key string, end int64) {
-	lp.mu.Lock()
-	defer lp.mu.Unlock()
-	if lp.end == nil {
-		lp.end = make(map[string]int64)
+// get returns key's deadline, if it has one.
+func (d *deadlines) get(key string) (int64, bool) {
+	m := d.m.Load()
+	if m == nil {
+		return 0, false
 	}
-	lp.end[key] = max(lp.end[key], end)
+	end, ok := (*m)[key]
+	return end, ok
 }
 
-func (lp *localPauses) get(key string, now int64) int64 {
-	lp.mu.Lock()
-	defer lp.mu.Unlock()
-	end, ok := lp.end[key]
-	if ok && end <= now {
-		delete(lp.end, key)
-		return 0
+// all returns a copy of every deadline.
+func (d *deadlines) all() map[string]int64 {
+	if m := d.m.Load(); m != nil {
+		return maps.Clone(*m)
 	}
-	return end
+	return map[string]int64{}
+}
+
+// update applies f to a copy of the map and publishes the copy (nil when
+// it ends up empty, keeping the read cheap).
+func (d *deadlines) update(f func(m map[string]int64)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	next := d.all()
+	f(next)
+	if len(next) == 0 {
+		d.m.Store(nil)
+		return
+	}
+	d.m.Store(&next)
+}
+
+// extend moves key's deadline to end if that is later, and forgets the
+// deadlines that passed before now.
+func (d *deadlines) extend(key string, end, now int64) {
+	d.update(func(m map[string]int64) {
+		maps.DeleteFunc(m, func(_ string, e int64) bool { return e <= now })
+		m[key] = max(m[key], end)
+	})
 }
 
 // Pause records a refusal of key for d: no event of key is admitted by any
@@ -71,7 +96,8 @@ func (n *Node) Pause(ctx context.Context, key string, d time.Duration) (time.Dur
 	if d <= 0 || d > fsm.MaxPause {
 		return 0, fmt.Errorf("node: pause %q: %w: duration %v must be in (0, %v]", key, ErrInvalidRequest, d, fsm.MaxPause)
 	}
-	n.pausedHere.extend(key, n.now()+int64(d))
+	now := n.now()
+	n.pausedHere.extend(key, now+int64(d), now)
 	what := fmt.Sprintf("pause %q", key)
 	var remaining time.Duration
 	var index uint64
@@ -117,7 +143,7 @@ func (n *Node) leaderPause(key string, d time.Duration) (time.Duration, uint64, 
 	n.pauseMu.Lock()
 	defer n.pauseMu.Unlock()
 	now := n.now()
-	if end, ok := n.fsm.pauseEnd(key); ok && end >= now+int64(d) {
+	if end, ok := n.fsm.pauses.get(key); ok && end >= now+int64(d) {
 		return time.Duration(end - now), 0, nil // a longer pause is in force
 	}
 	index, err := n.commit(&fsm.SetPause{Key: key, For: d}, 5*time.Second)
@@ -136,7 +162,7 @@ func (n *Node) clearExpiredPauses() {
 	n.pauseMu.Lock()
 	defer n.pauseMu.Unlock()
 	now := n.now()
-	for key, end := range n.fsm.pauseEnds() {
+	for key, end := range n.fsm.pauses.all() {
 		if end > now {
 			continue
 		}
@@ -150,8 +176,10 @@ func (n *Node) clearExpiredPauses() {
 // PausedFor returns key's remaining pause on this node; 0 if none.
 func (n *Node) PausedFor(key string) time.Duration {
 	now := n.now()
-	end, _ := n.fsm.pauseEnd(key)
-	end = max(end, n.pausedHere.get(key, now))
+	end, _ := n.fsm.pauses.get(key)
+	if here, ok := n.pausedHere.get(key); ok {
+		end = max(end, here)
+	}
 	if end <= now {
 		return 0
 	}
@@ -162,11 +190,7 @@ func (n *Node) PausedFor(key string) time.Duration {
 func (n *Node) Pauses() map[string]time.Duration {
 	now := n.now()
 	out := make(map[string]time.Duration)
-	ends := n.fsm.pauseEnds()
-	n.pausedHere.mu.Lock()
-	maps.Copy(ends, maxEnds(ends, n.pausedHere.end))
-	n.pausedHere.mu.Unlock()
-	for key, end := range ends {
+	for key, end := range maxEnds(n.fsm.pauses.all(), n.pausedHere.all()) {
 		if end > now {
 			out[key] = time.Duration(end - now)
 		}
@@ -192,7 +216,6 @@ func (n *Node) gate(ctx context.Context, key string, maxWait time.Duration) erro
 			return nil
 		}
 		if p > maxWait-time.Since(start) {
-			n.stats.pausedRefusals.Add(1)
 			return &PausedError{Key: key, Remaining: p, MaxWait: maxWait}
 		}
 		if err := sleepCtx(ctx, n.ctx, p); err != nil {

@@ -193,12 +193,9 @@ func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Durat
 				c.startFetch(kl, key, n.cfg.HorizonAhead/2)
 			}
 			kl.mu.Unlock()
-			n.stats.granted.Add(1)
-			n.admittedHist.add(key, 1, time.Now())
 			return Reservation{At: n.epoch.Add(time.Duration(at)), UseBy: n.epoch.Add(time.Duration(useBy))}, nil
 		case tooFar:
 			kl.mu.Unlock()
-			n.stats.refused.Add(1)
 			return Reservation{}, &LimitExceededError{Key: key, Wait: time.Duration(at - now), MaxWait: maxWait}
 		}
 		f := kl.fetch
@@ -223,7 +220,6 @@ func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Durat
 			// The fetch asked with someone's maximum wait; a caller
 			// willing to wait longer asks again with its own.
 			if le.Wait > time.Duration(remaining) {
-				n.stats.refused.Add(1)
 				return Reservation{}, &LimitExceededError{Key: key, Wait: le.Wait, MaxWait: maxWait}
 			}
 		case retryable(f.err):
@@ -236,7 +232,6 @@ func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Durat
 			}
 			backoff = min(2*backoff, 50*time.Millisecond)
 		default:
-			n.countResult(f.err)
 			return Reservation{}, f.err
 		}
 	}

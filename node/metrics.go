@@ -158,7 +158,9 @@ func (k *keyOutcomes) snapshot() []KeyCounts {
 	return out
 }
 
-// reserved counts the outcome of one Reserve call that began at begin.
+// reserved records the outcome of one Reserve call that began at begin:
+// the per-key counters, the node's Stats and the admitted history. It is
+// the one place a reservation's outcome is counted.
 func (n *Node) reserved(key string, count int, begin time.Time, r Reservation, err error) {
 	c := n.keyCounts.get(key)
 	var pe *PausedError
@@ -166,13 +168,18 @@ func (n *Node) reserved(key string, count int, begin time.Time, r Reservation, e
 	case err == nil:
 		c.granted.Add(1)
 		c.events.Add(uint64(count))
+		n.stats.granted.Add(1)
+		n.admittedHist.add(key, count, time.Now())
 		n.waitHist.observe(max(0, r.At.Sub(begin)))
 	case errors.As(err, &pe): // before ErrLimitExceeded, which it also matches
 		c.paused.Add(1)
+		n.stats.pausedRefusals.Add(1)
 	case errors.Is(err, ErrLimitExceeded):
 		c.refused.Add(1)
+		n.stats.refused.Add(1)
 	case errors.Is(err, ErrUnknownKey):
 		c.unknown.Add(1)
+		n.stats.unknown.Add(1)
 	default:
 		c.failed.Add(1)
 	}

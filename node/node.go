@@ -61,7 +61,7 @@ type Node struct {
 	stats counters
 
 	pauseMu    sync.Mutex // leader: serialises pauses (the atomic maximum)
-	pausedHere localPauses
+	pausedHere deadlines  // pauses this node recorded itself, in force at once
 	slotMu     sync.Mutex // leader: serialises slot grants against the caps
 	slotSeq    atomic.Uint64
 	slotNonce  string
@@ -442,11 +442,8 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 				}
 				continue
 			case !errors.Is(err, errNotLeader):
-				n.countResult(err)
 				if err == nil {
-					n.stats.granted.Add(1)
 					n.stats.fallbackGrants.Add(1)
-					n.admittedHist.add(key, count, time.Now())
 				}
 				return r, err
 			}
@@ -501,8 +498,6 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 			arrived := time.Now()
 			r := Reservation{At: arrived.Add(wait), UseBy: sent.Add(wait + n.cfg.UseGrace)}
 			if !r.UseBy.Before(r.At) {
-				n.stats.granted.Add(1)
-				n.admittedHist.add(key, count, arrived)
 				return r, nil
 			}
 			n.stats.lateGrants.Add(1)
@@ -511,7 +506,6 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 			continue
 		}
 		if !retryable(err) {
-			n.countResult(err)
 			return Reservation{}, err
 		}
 		if n.inFallback() {
@@ -529,15 +523,6 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 // Forfeit records that a caller dropped a reservation it could not use by
 // its UseBy (for the node's counters).
 func (n *Node) Forfeit(Reservation) { n.stats.forfeited.Add(1) }
-
-func (n *Node) countResult(err error) {
-	switch {
-	case errors.Is(err, ErrLimitExceeded):
-		n.stats.refused.Add(1)
-	case errors.Is(err, ErrUnknownKey):
-		n.stats.unknown.Add(1)
-	}
-}
 
 // leaderCallTimeout bounds one request to the leader: its own maximum
 // wait (the leader may hold it that long for a horizon) plus a little.

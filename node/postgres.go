@@ -153,7 +153,7 @@ func (n *Node) checkpoint() pgstore.Checkpoint {
 		ahead := time.Duration(max(0, h-now))
 		cp.Horizons[key] = min(ahead, fsm.MaxHorizonAhead)
 	}
-	for key, end := range n.fsm.pauseEnds() {
+	for key, end := range n.fsm.pauses.all() {
 		if end > now {
 			cp.Pauses[key] = min(time.Duration(end-now), fsm.MaxPause)
 		}
@@ -225,7 +225,7 @@ func (n *Node) restorePauses(pauses map[string]time.Duration) (int, error) {
 	defer n.pauseMu.Unlock()
 	count := 0
 	for key, d := range pauses {
-		if end, ok := n.fsm.pauseEnd(key); ok && end >= n.now()+int64(d) {
+		if end, ok := n.fsm.pauses.get(key); ok && end >= n.now()+int64(d) {
 			continue // a longer pause is already in force
 		}
 		if _, err := n.commit(&fsm.SetPause{Key: key, For: d}, 5*time.Second); err != nil {

@@ -35,7 +35,8 @@ var errLeaderPaused = errors.New("node: the key is paused on the leader")
 // errLeaderPaused.
 func (n *Node) leaderPaused(key string, remaining time.Duration) error {
 	if remaining > 0 {
-		n.pausedHere.extend(key, n.now()+int64(min(remaining, fsm.MaxPause)))
+		now := n.now()
+		n.pausedHere.extend(key, now+int64(min(remaining, fsm.MaxPause)), now)
 	}
 	return fmt.Errorf("%w: %q for another %v", errLeaderPaused, key, remaining)
 }
