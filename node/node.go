@@ -693,13 +693,9 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		wait, err := n.pacer.reserve(ctx, n.ctx.Done(), m.Key, m.Count, m.MaxWait)
 		var le *LimitExceededError
 		if errors.As(err, &le) {
-			return reserveResp{Code: codeLimitExceeded, Wait: le.Wait, Msg: truncate(err.Error(), maxMsgLen)}.encode(), nil
+			return reserveResp{Code: codeLimitExceeded, Wait: le.Wait, Msg: errMsg(err)}.encode(), nil
 		}
-		msg := ""
-		if err != nil {
-			msg = truncate(err.Error(), maxMsgLen)
-		}
-		return reserveResp{Code: codeFor(err), Wait: wait, Msg: msg}.encode(), nil
+		return reserveResp{Code: codeFor(err), Wait: wait, Msg: errMsg(err)}.encode(), nil
 	case rpcLease:
 		m, err := decodeLeaseReq(req)
 		if err == nil {
@@ -709,7 +705,7 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 			err = fsm.ValidateID(m.Holder)
 		}
 		if err != nil {
-			return leaseResp{Code: codeInvalid, Msg: truncate(err.Error(), maxMsgLen)}.encode(), nil
+			return leaseResp{Code: codeInvalid, Msg: errMsg(err)}.encode(), nil
 		}
 		if p := n.PausedFor(m.Key); p > 0 {
 			return leaseResp{Code: codePaused, Wait: p}.encode(), nil
@@ -719,13 +715,9 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		l, err := n.pacer.lease(ctx, n.ctx.Done(), m.Key, m.Holder, m.Count, m.MaxWait)
 		var le *LimitExceededError
 		if errors.As(err, &le) {
-			return leaseResp{Code: codeLimitExceeded, Wait: le.Wait, Msg: truncate(err.Error(), maxMsgLen)}.encode(), nil
+			return leaseResp{Code: codeLimitExceeded, Wait: le.Wait, Msg: errMsg(err)}.encode(), nil
 		}
-		msg := ""
-		if err != nil {
-			msg = truncate(err.Error(), maxMsgLen)
-		}
-		return leaseResp{Code: codeFor(err), Lease: l, Msg: msg}.encode(), nil
+		return leaseResp{Code: codeFor(err), Lease: l, Msg: errMsg(err)}.encode(), nil
 	case rpcShare:
 		m, err := decodeShareReq(req)
 		if err != nil {
@@ -745,17 +737,13 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 			err = m.Limit.Validate()
 		}
 		if err != nil {
-			return indexResp{Code: codeInvalid, Msg: truncate(err.Error(), maxMsgLen)}.encode(), nil
+			return indexResp{Code: codeInvalid, Msg: errMsg(err)}.encode(), nil
 		}
 		if n.raft.State() != raft.Leader {
 			return indexResp{Code: codeNotLeader}.encode(), nil
 		}
 		index, err := n.applyLimit(m.Key, m.Limit)
-		msg := ""
-		if err != nil {
-			msg = truncate(err.Error(), maxMsgLen)
-		}
-		return indexResp{Code: codeFor(err), Index: index, Msg: msg}.encode(), nil
+		return indexResp{Code: codeFor(err), Index: index, Msg: errMsg(err)}.encode(), nil
 	case rpcPause, rpcAcquireSlots, rpcReleaseSlots, rpcSetCap, rpcSync:
 		return n.handleGateRPC(ctx, method, req)
 	case rpcRemoveServer:
@@ -764,11 +752,7 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 			return indexResp{Code: codeInvalid, Msg: err.Error()}.encode(), nil
 		}
 		index, err := n.removeServer(m.ID)
-		msg := ""
-		if err != nil {
-			msg = truncate(err.Error(), maxMsgLen)
-		}
-		return indexResp{Code: codeFor(err), Index: index, Msg: msg}.encode(), nil
+		return indexResp{Code: codeFor(err), Index: index, Msg: errMsg(err)}.encode(), nil
 	default:
 		n.log.Warn("unknown rpc method", "method", method)
 		return nil, fmt.Errorf("node: unknown rpc method %d", method)

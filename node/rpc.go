@@ -298,6 +298,15 @@ func decodeRemoveServerReq(b []byte) (removeServerReq, error) {
 	return m, r.done()
 }
 
+// errMsg is the text of err for an answer's Msg field ("" for nil),
+// truncated to maxMsgLen.
+func errMsg(err error) string {
+	if err == nil {
+		return ""
+	}
+	return truncate(err.Error(), maxMsgLen)
+}
+
 func truncate(s string, n int) string {
 	if len(s) > n {
 		return s[:n]

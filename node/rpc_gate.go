@@ -186,12 +186,6 @@ func decodeReleaseReq(b []byte) (releaseReq, error) {
 
 // handleGateRPC serves pauses, slots and caps on the leader.
 func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]byte, error) {
-	msg := func(err error) string {
-		if err == nil {
-			return ""
-		}
-		return truncate(err.Error(), maxMsgLen)
-	}
 	leading := n.raft.State() == raft.Leader
 	switch method {
 	case rpcPause:
@@ -203,13 +197,13 @@ func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]b
 			err = fmt.Errorf("pause %v must be in (0, %v]", m.For, fsm.MaxPause)
 		}
 		if err != nil {
-			return pauseResp{Code: codeInvalid, Msg: msg(err)}.encode(), nil
+			return pauseResp{Code: codeInvalid, Msg: errMsg(err)}.encode(), nil
 		}
 		if !leading {
 			return pauseResp{Code: codeNotLeader}.encode(), nil
 		}
 		remaining, index, err := n.leaderPause(m.Key, m.For)
-		return pauseResp{Code: codeFor(err), Index: index, Remaining: remaining, Msg: msg(err)}.encode(), nil
+		return pauseResp{Code: codeFor(err), Index: index, Remaining: remaining, Msg: errMsg(err)}.encode(), nil
 	case rpcAcquireSlots:
 		m, err := decodeAcquireReq(req)
 		if err == nil {
@@ -227,7 +221,7 @@ func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]b
 			err = fmt.Errorf("ttl %v must be in (0, %v] (the leader's MaxSlotTTL)", m.TTL, n.cfg.MaxSlotTTL)
 		}
 		if err != nil {
-			return acquireResp{Code: codeInvalid, Msg: msg(err)}.encode(), nil
+			return acquireResp{Code: codeInvalid, Msg: errMsg(err)}.encode(), nil
 		}
 		if !leading {
 			return acquireResp{Code: codeNotLeader}.encode(), nil
@@ -237,9 +231,9 @@ func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]b
 		m.MaxWait = min(max(m.MaxWait, 0), 5*time.Second)
 		full, err := n.leaderAcquire(ctx, m)
 		if errors.Is(err, ErrConcurrencyLimit) {
-			return acquireResp{Code: codeConcurrency, Full: full, Msg: msg(err)}.encode(), nil
+			return acquireResp{Code: codeConcurrency, Full: full, Msg: errMsg(err)}.encode(), nil
 		}
-		return acquireResp{Code: codeFor(err), Msg: msg(err)}.encode(), nil
+		return acquireResp{Code: codeFor(err), Msg: errMsg(err)}.encode(), nil
 	case rpcReleaseSlots:
 		m, err := decodeReleaseReq(req)
 		if err == nil {
@@ -250,13 +244,13 @@ func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]b
 			}
 		}
 		if err != nil {
-			return indexResp{Code: codeInvalid, Msg: msg(err)}.encode(), nil
+			return indexResp{Code: codeInvalid, Msg: errMsg(err)}.encode(), nil
 		}
 		if !leading {
 			return indexResp{Code: codeNotLeader}.encode(), nil
 		}
 		index, err := n.leaderRelease(m.IDs)
-		return indexResp{Code: codeFor(err), Index: index, Msg: msg(err)}.encode(), nil
+		return indexResp{Code: codeFor(err), Index: index, Msg: errMsg(err)}.encode(), nil
 	case rpcSync:
 		if len(req) != 1 || req[0] != rpcVersion {
 			return indexResp{Code: codeInvalid, Msg: "sync: malformed request"}.encode(), nil
@@ -265,20 +259,20 @@ func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]b
 			return indexResp{Code: codeNotLeader}.encode(), nil
 		}
 		index, err := n.leaderSyncIndex()
-		return indexResp{Code: codeFor(err), Index: index, Msg: msg(err)}.encode(), nil
+		return indexResp{Code: codeFor(err), Index: index, Msg: errMsg(err)}.encode(), nil
 	case rpcSetCap:
 		m, err := decodeCapReq(req)
 		if err == nil {
 			err = fsm.ValidateKey(m.Key)
 		}
 		if err != nil {
-			return indexResp{Code: codeInvalid, Msg: msg(err)}.encode(), nil
+			return indexResp{Code: codeInvalid, Msg: errMsg(err)}.encode(), nil
 		}
 		if !leading {
 			return indexResp{Code: codeNotLeader}.encode(), nil
 		}
 		index, err := n.applyCap(m.Key, m.Max)
-		return indexResp{Code: codeFor(err), Index: index, Msg: msg(err)}.encode(), nil
+		return indexResp{Code: codeFor(err), Index: index, Msg: errMsg(err)}.encode(), nil
 	}
 	return nil, fmt.Errorf("node: unknown rpc method %d", method)
 }
