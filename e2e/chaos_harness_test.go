@@ -182,7 +182,7 @@ func (s *scenario) startNode(k, expect int) *agent {
 	a.args = append(a.args, s.o.extra...)
 	var join []string
 	for _, o := range s.c.agents {
-		if o != a {
+		if o != a && o.running() { // a replacement joins through live members only
 			join = append(join, o.addrs.GossipAddr)
 		}
 	}
@@ -650,6 +650,7 @@ func annotateChaos(id, note string) {
 
 // printChaosSummary prints the rows of the scenarios that ran.
 func printChaosSummary(w io.Writer) {
+	defer printChurnSummary(w) // churn_harness_test.go's table, after this one
 	chaosMu.Lock()
 	defer chaosMu.Unlock()
 	if len(chaosRows) == 0 {
