@@ -304,7 +304,7 @@ func (p *pgLink) reservePooled(ctx context.Context, key string, lim fsm.Limit, c
 	if err != nil {
 		return 0, err
 	}
-	wait, err := s.ReservePooled(ctx, key, lim, count, maxWait)
+	wait, err := s.ReservePooled(ctx, p.n.cfg.NodeID, key, lim, count, maxWait)
 	p.note(err)
 	return wait, err
 }

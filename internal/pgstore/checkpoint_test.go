@@ -169,7 +169,7 @@ func TestCheckpoint_ClustersAreIsolated(t *testing.T) {
 
 	lim := fsm.Limit{Rate: 10, Burst: 1}
 	must(t, a.JoinPool(ctx, "n1", 1, time.Minute))
-	if _, err := b.ReservePooled(ctx, "k", lim, 1, time.Second); err == nil {
+	if _, err := b.ReservePooled(ctx, "n1", "k", lim, 1, time.Second); err == nil {
 		t.Fatal("beta reserved on alpha's pool")
 	} else {
 		wantErr(t, err, ErrNotInPool)
@@ -177,7 +177,7 @@ func TestCheckpoint_ClustersAreIsolated(t *testing.T) {
 	must(t, b.JoinPool(ctx, "n1", 1, time.Minute))
 	// Each cluster has its own cursor: both admit at once.
 	for _, s := range []*Store{a, b} {
-		if w, err := s.ReservePooled(ctx, "k", lim, 1, 0); err != nil || w != 0 {
+		if w, err := s.ReservePooled(ctx, "n1", "k", lim, 1, 0); err != nil || w != 0 {
 			t.Fatalf("cluster %s: first reservation: wait %v, err %v", s.Cluster(), w, err)
 		}
 	}

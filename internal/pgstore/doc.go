@@ -1,6 +1,7 @@
 // Package pgstore is raftpace's Postgres layer: the leader's checkpoint,
-// the bootstrap of a cluster from it, discovery of members' addresses, and
-// the Postgres-pooled fallback cursor (DESIGN.md sections 5 and 6).
+// the bootstrap of a cluster from it, discovery of members' addresses, the
+// Postgres-pooled fallback cursor, and the witness that lets the leader
+// fence a silent member (DESIGN.md sections 5, 6 and 9).
 //
 // Postgres is optional for raftpace; where it is used, a *Store talks to
 // it through a small pool (at most 4 connections).
@@ -10,9 +11,13 @@
 //	err = s.SaveCheckpoint(ctx, pgstore.Checkpoint{Limits: ..., Members: ..., Horizons: ..., Caps: ..., Pauses: ...})
 //	// a cluster started with empty data dirs:
 //	cp, found, err := s.LoadCheckpoint(ctx)
+//	// every member, about once a second:
+//	fenced, err := s.Witness(ctx, "node-1")
 //	// a member in fallback that reaches Postgres:
 //	err = s.JoinPool(ctx, "node-1", 0.25, 2*time.Second)
-//	wait, err := s.ReservePooled(ctx, "google-images", lim, 1, 100*time.Millisecond)
+//	wait, err := s.ReservePooled(ctx, "node-1", "google-images", lim, 1, 100*time.Millisecond)
+//	// the leader, to take back a silent member's fraction:
+//	res, err := s.Fence(ctx, "node-2", 3*time.Second, 5*time.Second)
 //
 // # Clock rules
 //
@@ -36,10 +41,14 @@
 //   - ReservePooled answers with a wait, measured by the caller from when the
 //     answer arrives (so it errs late by the answer's delay).
 //   - Discovery's maxAge is compared with updated_at on Postgres's clock.
+//   - A heartbeat is stored as seen_at = clock_timestamp(); the member counts
+//     its licence from before it sent the call, Fence from seen_at, and the
+//     leader counts Fence's Wait from when the answer arrives.
 //
 // Postgres's resolution is one microsecond: durations go in rounded up to
-// the microsecond (ahead, remaining pause, ttl), and the pool's interval is rounded up, so
-// rounding never makes anything earlier or faster.
+// the microsecond (ahead, remaining pause, ttl, Fence's stale and licence),
+// and the pool's interval is rounded up, so rounding never makes anything
+// earlier or faster.
 //
 // # Tables
 //
@@ -68,9 +77,14 @@
 //	pauses       (cluster, key, paused_until timestamptz)         PK (cluster, key)
 //	             refusal pauses; paused_until only ever grows, and
 //	             a row is deleted once it has passed
+//	witness      (cluster, node_id, seen_at timestamptz,
+//	              fenced boolean)                                 PK (cluster, node_id)
+//	             members' last heartbeats and fences; seen_at only ever
+//	             grows ('-infinity' for a member fenced before it was seen)
 //
 // Tables are only ever added, never altered: Open on a schema made by an
-// earlier version creates the tables it lacks (caps and pauses came later).
+// earlier version creates the tables it lacks (caps, pauses and witness
+// came later).
 //
 // # The pooled cursor
 //
@@ -83,7 +97,30 @@
 // slot starts (plus R*F times the delay between an answer and the use of
 // its slot). A refused reservation (wait beyond maxWait) changes nothing.
 // LeavePool tells the leaving member how long slots paced with its fraction
-// may still lie ahead.
+// may still lie ahead. A member reserves only on its own live registration.
+//
+// # Witness and fence
+//
+// Postgres witnesses what a member cut off from the leader may spend, so
+// that the leader can take a dead member's fraction back in seconds
+// instead of keeping it for the member until it is reaped. The promise: a
+// member spends its fraction away from the leader only
+//
+//   - by pacing locally, for a licence L measured from the send time of its
+//     last Witness call that succeeded and reported fenced false; or
+//   - on the pooled cursor, while its registration is live and it is not
+//     fenced (JoinPool is a heartbeat too, and refuses a fenced member).
+//
+// Fence, in one transaction, fences a member only if it looks dead to
+// Postgres (no heartbeat within stale, no live registration), deletes its
+// registration, and returns Wait: the leader may spend the member's
+// fraction once Wait has passed from when the answer arrives, by when the
+// licence of every heartbeat before the fence and every pool slot paced
+// with the member's fraction is over. Heartbeats after the fence report
+// fenced and give no licence; JoinPool fails with ErrFenced and
+// ReservePooled with ErrNotInPool until the leader calls Unfence, before
+// it gives the member a fraction again. Fence's comment has the argument
+// why this holds against concurrent calls of the member.
 //
 // # Errors and timeouts
 //

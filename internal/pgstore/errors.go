@@ -32,9 +32,17 @@ var (
 	// can tell.
 	ErrInvalid = errors.New("invalid input")
 
-	// ErrNotInPool: ReservePooled found no unexpired pool registration in
-	// the cluster (F = 0), so the pool has no rate to pace at.
-	ErrNotInPool = errors.New("no member in the fallback pool")
+	// ErrNotInPool: ReservePooled found no unexpired pool registration of
+	// the caller itself (it never joined, its registration lapsed, it left,
+	// or Fence deleted it), or none with a fraction above 0 in the cluster
+	// (F = 0, so the pool has no rate to pace at). It reserved nothing.
+	ErrNotInPool = errors.New("not in the fallback pool")
+
+	// ErrFenced: JoinPool found the member fenced (see Fence): the leader
+	// has taken its fraction back, so it may neither pool nor pace away
+	// from the leader until the leader lifts the fence (Unfence). It
+	// registered nothing.
+	ErrFenced = errors.New("fenced")
 
 	// ErrLimitExceeded: ReservePooled would have had to wait longer than
 	// maxWait; it consumed nothing. The error is a *LimitExceededError

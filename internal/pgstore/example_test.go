@@ -30,7 +30,7 @@ func Example() {
 		return
 	}
 	lim := fsm.Limit{Rate: 100, Burst: 10}
-	wait, err := s.ReservePooled(ctx, "google-images", lim, 1, 200*time.Millisecond)
+	wait, err := s.ReservePooled(ctx, "node-1", "google-images", lim, 1, 200*time.Millisecond)
 	var le *pgstore.LimitExceededError
 	switch {
 	case errors.As(err, &le):

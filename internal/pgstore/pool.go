@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -31,6 +32,13 @@ const (
 // measures that from before its JoinPool call: registered at local time q
 // with ttl, it stops using the pool at q + ttl, which is never after the
 // registration's expiry on Postgres's clock.
+//
+// JoinPool is also a heartbeat (see Witness), in the same transaction: it
+// records seen_at first, which locks the member's witness row, and if the
+// member is fenced it registers nothing and fails with ErrFenced. Holding
+// that lock until the registration commits is what makes it atomic with
+// Fence: a JoinPool either commits before a Fence reads the member's state
+// (so the Fence sees it alive and refuses) or finds the fence.
 func (s *Store) JoinPool(ctx context.Context, nodeID string, fraction float64, ttl time.Duration) error {
 	const op = "join pool"
 	if err := fsm.ValidateID(nodeID); err != nil {
@@ -47,11 +55,28 @@ func (s *Store) JoinPool(ctx context.Context, nodeID string, fraction float64, t
 		return err
 	}
 	defer cancel()
-	if _, err := s.pool.Exec(c, s.q.joinPool, s.cfg.Cluster, nodeID, fraction, ceilMicros(ttl)); err != nil {
+	var fenced bool
+	err = pgx.BeginFunc(c, s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(c, s.q.witness, s.cfg.Cluster, nodeID).Scan(&fenced); err != nil {
+			return err
+		}
+		if fenced {
+			return errRollback
+		}
+		_, err := tx.Exec(c, s.q.joinPool, s.cfg.Cluster, nodeID, fraction, ceilMicros(ttl))
+		return err
+	})
+	switch {
+	case fenced:
+		return fmt.Errorf("pgstore: %s %q: %w", op, nodeID, ErrFenced)
+	case err != nil:
 		return s.fail(ctx, op, err)
 	}
 	return nil
 }
+
+// errRollback makes pgx.BeginFunc roll back; it never leaves this package.
+var errRollback = errors.New("pgstore: roll back")
 
 // LeavePool deletes nodeID's registration (if any) and returns busy: how
 // far ahead of now, on Postgres's clock, the latest TAT of any of the
@@ -109,17 +134,23 @@ func (s *Store) LeavePool(ctx context.Context, nodeID string) (busy time.Duratio
 // R*F*W + max(1, k) of the pool's events, plus R*F times the delay between
 // the answer and the use of the slot.
 //
-// Only a member with a live registration (see JoinPool) may call it.
-func (s *Store) ReservePooled(ctx context.Context, key string, lim fsm.Limit, count int, maxWait time.Duration) (wait time.Duration, err error) {
-	wait, _, err = s.reservePooled(ctx, key, lim, count, maxWait)
+// nodeID is the caller's: it must have a live registration of its own
+// (see JoinPool), or the call fails with ErrNotInPool and changes nothing,
+// however many other members are registered. A fenced member has none
+// (Fence deleted it and JoinPool refuses it).
+func (s *Store) ReservePooled(ctx context.Context, nodeID, key string, lim fsm.Limit, count int, maxWait time.Duration) (wait time.Duration, err error) {
+	wait, _, err = s.reservePooled(ctx, nodeID, key, lim, count, maxWait)
 	return wait, err
 }
 
 // reservePooled is ReservePooled that also returns the start as
 // microseconds since the Unix epoch on Postgres's clock (for tests that
 // check the ceiling across Stores).
-func (s *Store) reservePooled(ctx context.Context, key string, lim fsm.Limit, count int, maxWait time.Duration) (wait time.Duration, startUS int64, err error) {
+func (s *Store) reservePooled(ctx context.Context, nodeID, key string, lim fsm.Limit, count int, maxWait time.Duration) (wait time.Duration, startUS int64, err error) {
 	op := fmt.Sprintf("reserve pooled %q", key)
+	if err := fsm.ValidateID(nodeID); err != nil {
+		return 0, 0, invalidErr("reserve pooled", err)
+	}
 	if err := fsm.ValidateKey(key); err != nil {
 		return 0, 0, invalidErr("reserve pooled", err)
 	}
@@ -139,17 +170,19 @@ func (s *Store) reservePooled(ctx context.Context, key string, lim fsm.Limit, co
 	defer cancel()
 
 	var (
-		f                       float64
-		k                       int64
-		rateOK, valid, admitted bool
-		waitUS, estUS           int64
+		f                            float64
+		k                            int64
+		own, rateOK, valid, admitted bool
+		waitUS, estUS                int64
 	)
 	err = s.pool.QueryRow(c, s.q.reservePooled, s.cfg.Cluster, key, lim.Rate, int64(lim.Burst), int64(count),
-		int64(maxWait/time.Microsecond)).Scan(&f, &k, &rateOK, &valid, &admitted, &waitUS, &startUS, &estUS)
+		int64(maxWait/time.Microsecond), nodeID).Scan(&own, &f, &k, &rateOK, &valid, &admitted, &waitUS, &startUS, &estUS)
 	if err != nil {
 		return 0, 0, s.fail(ctx, op, err)
 	}
 	switch {
+	case !own:
+		return 0, 0, fmt.Errorf("pgstore: %s: %w: %q has no live registration", op, ErrNotInPool, nodeID)
 	case !(f > 0):
 		return 0, 0, fmt.Errorf("pgstore: %s: %w", op, ErrNotInPool)
 	case !rateOK:

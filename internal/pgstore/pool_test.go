@@ -16,9 +16,9 @@ import (
 )
 
 // reserve calls reservePooled and fails the test on error.
-func reserve(t *testing.T, s *Store, key string, lim fsm.Limit, count int, maxWait time.Duration) (time.Duration, int64) {
+func reserve(t *testing.T, s *Store, id, key string, lim fsm.Limit, count int, maxWait time.Duration) (time.Duration, int64) {
 	t.Helper()
-	w, start, err := s.reservePooled(ctxT(t), key, lim, count, maxWait)
+	w, start, err := s.reservePooled(ctxT(t), id, key, lim, count, maxWait)
 	if err != nil {
 		t.Fatalf("reserve %q count %d: %v", key, count, err)
 	}
@@ -34,17 +34,17 @@ func TestPool_PacesAtRateTimesF(t *testing.T) {
 	must(t, a.JoinPool(ctx, "a", 0.25, time.Minute))
 	must(t, b.JoinPool(ctx, "b", 0.25, time.Minute))
 	lim := fsm.Limit{Rate: 100, Burst: 1} // B*F = 0.5: one at a time
-	reserve(t, a, "warm-up", lim, 1, time.Second)
-	reserve(t, b, "warm-up", lim, 1, time.Second)
+	reserve(t, a, "a", "warm-up", lim, 1, time.Second)
+	reserve(t, b, "b", "warm-up", lim, 1, time.Second)
 
 	var starts []int64
 	var waits []time.Duration
 	for i := range 20 {
-		s := a
+		s, id := a, "a"
 		if i%2 == 1 {
-			s = b
+			s, id = b, "b"
 		}
-		w, start := reserve(t, s, "k", lim, 1, 2*time.Second)
+		w, start := reserve(t, s, id, "k", lim, 1, 2*time.Second)
 		if i == 0 && w != 0 {
 			t.Fatalf("first reservation waits %v, want 0", w)
 		}
@@ -80,7 +80,7 @@ func TestPool_BurstShare(t *testing.T) {
 	lim := fsm.Limit{Rate: 100, Burst: 10} // pool: 50/s, burst 5
 	var starts []int64
 	for i := range 8 {
-		w, start := reserve(t, s, "k", lim, 1, time.Second)
+		w, start := reserve(t, s, "a", "k", lim, 1, time.Second)
 		if i < 5 && w > 5*time.Millisecond {
 			t.Fatalf("reservation %d of the burst share waits %v", i, w)
 		}
@@ -95,24 +95,24 @@ func TestPool_BurstShare(t *testing.T) {
 
 	// count: at most the burst share. A batch of 5 on a fresh key goes at
 	// once; 6 is refused without touching the cursor.
-	if w, _ := reserve(t, s, "batch", lim, 5, time.Second); w != 0 {
+	if w, _ := reserve(t, s, "a", "batch", lim, 5, time.Second); w != 0 {
 		t.Fatalf("batch of 5 waits %v", w)
 	}
-	_, err := s.ReservePooled(ctx, "batch2", lim, 6, time.Second)
+	_, err := s.ReservePooled(ctx, "a", "batch2", lim, 6, time.Second)
 	wantErr(t, err, ErrInvalid)
 	if !strings.Contains(err.Error(), "burst share max(1, floor(B*F)) = 5") {
 		t.Fatalf("error %q does not name the burst share", err)
 	}
-	if w, _ := reserve(t, s, "batch2", lim, 5, time.Second); w != 0 {
+	if w, _ := reserve(t, s, "a", "batch2", lim, 5, time.Second); w != 0 {
 		t.Fatalf("after the refused batch of 6, a batch of 5 waits %v: the refusal moved the cursor", w)
 	}
 
 	// B*F < 1: one at a time, with no burst at all.
 	small := fsm.Limit{Rate: 100, Burst: 1}
-	_, err = s.ReservePooled(ctx, "small", small, 2, time.Second)
+	_, err = s.ReservePooled(ctx, "a", "small", small, 2, time.Second)
 	wantErr(t, err, ErrInvalid)
-	_, s1 := reserve(t, s, "small", small, 1, time.Second)
-	_, s2 := reserve(t, s, "small", small, 1, time.Second)
+	_, s1 := reserve(t, s, "a", "small", small, 1, time.Second)
+	_, s2 := reserve(t, s, "a", "small", small, 1, time.Second)
 	if s2-s1 != 20000 {
 		t.Fatalf("B*F = 0.5: second start %dµs after the first, want 20000", s2-s1)
 	}
@@ -126,9 +126,9 @@ func TestPool_RefusalDoesNotMoveCursor(t *testing.T) {
 	must(t, s.JoinPool(ctx, "a", 1, time.Minute))
 	lim := fsm.Limit{Rate: 1, Burst: 1} // 1s apart
 
-	_, first := reserve(t, s, "k", lim, 1, 0)
+	_, first := reserve(t, s, "a", "k", lim, 1, 0)
 	for range 5 {
-		_, err := s.ReservePooled(ctx, "k", lim, 1, 10*time.Millisecond)
+		_, err := s.ReservePooled(ctx, "a", "k", lim, 1, 10*time.Millisecond)
 		var le *LimitExceededError
 		if !errors.As(err, &le) || !errors.Is(err, ErrLimitExceeded) {
 			t.Fatalf("reservation 1s out with maxWait 10ms: %v, want *LimitExceededError", err)
@@ -137,7 +137,7 @@ func TestPool_RefusalDoesNotMoveCursor(t *testing.T) {
 			t.Fatalf("LimitExceededError %+v: want Wait in (10ms, 1s]", le)
 		}
 	}
-	w, second := reserve(t, s, "k", lim, 1, 2*time.Second)
+	w, second := reserve(t, s, "a", "k", lim, 1, 2*time.Second)
 	if second-first != 1000000 {
 		t.Fatalf("after 5 refusals the next start is %dµs after the first, want 1000000 (refusals must not move the cursor)", second-first)
 	}
@@ -155,14 +155,14 @@ func TestPool_ExpiredRegistrationsStopCounting(t *testing.T) {
 	must(t, s.JoinPool(ctx, "short", 0.5, time.Second))
 	lim := fsm.Limit{Rate: 100, Burst: 1}
 
-	_, s1 := reserve(t, s, "k", lim, 1, time.Second)
-	_, s2 := reserve(t, s, "k", lim, 1, time.Second)
+	_, s1 := reserve(t, s, "long", "k", lim, 1, time.Second)
+	_, s2 := reserve(t, s, "long", "k", lim, 1, time.Second)
 	if s2-s1 != 10000 {
 		t.Fatalf("F = 1: starts %dµs apart, want 10000", s2-s1)
 	}
 	time.Sleep(1200 * time.Millisecond)
-	_, s3 := reserve(t, s, "k2", lim, 1, time.Second)
-	_, s4 := reserve(t, s, "k2", lim, 1, time.Second)
+	_, s3 := reserve(t, s, "long", "k2", lim, 1, time.Second)
+	_, s4 := reserve(t, s, "long", "k2", lim, 1, time.Second)
 	if s4-s3 != 20000 {
 		t.Fatalf("F = 0.5 after one registration expired: starts %dµs apart, want 20000", s4-s3)
 	}
@@ -170,14 +170,14 @@ func TestPool_ExpiredRegistrationsStopCounting(t *testing.T) {
 	must(t, s.JoinPool(ctx, "short", 0.5, time.Minute))
 	must(t, s.JoinPool(ctx, "long", 0.5, 200*time.Millisecond))
 	time.Sleep(300 * time.Millisecond)
-	_, s5 := reserve(t, s, "k3", lim, 1, time.Second)
-	_, s6 := reserve(t, s, "k3", lim, 1, time.Second)
+	_, s5 := reserve(t, s, "short", "k3", lim, 1, time.Second)
+	_, s6 := reserve(t, s, "short", "k3", lim, 1, time.Second)
 	if s6-s5 != 20000 {
 		t.Fatalf("F = 0.5 after renewals: starts %dµs apart, want 20000", s6-s5)
 	}
 	must(t, s.JoinPool(ctx, "short", 0.5, time.Millisecond))
 	time.Sleep(20 * time.Millisecond)
-	_, err := s.ReservePooled(ctx, "k", lim, 1, time.Second)
+	_, err := s.ReservePooled(ctx, "short", "k", lim, 1, time.Second)
 	wantErr(t, err, ErrNotInPool)
 }
 
@@ -196,11 +196,11 @@ func TestPool_LeavePoolBusy(t *testing.T) {
 	must(t, s.JoinPool(ctx, "b", 0.5, time.Minute))
 	lim := fsm.Limit{Rate: 20, Burst: 1} // 50ms apart
 	for range 9 {
-		reserve(t, s, "k", lim, 1, time.Second)
+		reserve(t, s, "b", "k", lim, 1, time.Second)
 	}
-	reserve(t, s, "other", lim, 1, time.Second) // a cursor only one slot ahead
+	reserve(t, s, "b", "other", lim, 1, time.Second) // a cursor only one slot ahead
 	before := time.Now()
-	last, _ := reserve(t, s, "k", lim, 1, time.Second)
+	last, _ := reserve(t, s, "b", "k", lim, 1, time.Second)
 	busy, err = s.LeavePool(ctx, "a")
 	between := time.Since(before) // at least the time between the two statements
 	must(t, err)
@@ -212,14 +212,14 @@ func TestPool_LeavePoolBusy(t *testing.T) {
 	t.Logf("last wait %v, busy %v, %v between the statements", last, busy, between)
 
 	// b is alone now: F = 0.5, 100ms apart.
-	w1, s1 := reserve(t, s, "fresh", lim, 1, time.Second)
-	_, s2 := reserve(t, s, "fresh", lim, 1, time.Second)
+	w1, s1 := reserve(t, s, "b", "fresh", lim, 1, time.Second)
+	_, s2 := reserve(t, s, "b", "fresh", lim, 1, time.Second)
 	if w1 != 0 || s2-s1 != 100000 {
 		t.Fatalf("after a left: wait %v, spacing %dµs, want 0 and 100000", w1, s2-s1)
 	}
 	_, err = s.LeavePool(ctx, "b")
 	must(t, err)
-	_, err = s.ReservePooled(ctx, "fresh", lim, 1, time.Second)
+	_, err = s.ReservePooled(ctx, "b", "fresh", lim, 1, time.Second)
 	wantErr(t, err, ErrNotInPool)
 }
 
@@ -252,7 +252,7 @@ func TestPool_LeaveWaitsForReservationsInFlight(t *testing.T) {
 				}
 				// maxWait keeps the cursor at most 300ms ahead, so that
 				// reservations keep being admitted after the leave.
-				_, start, err := stores[g%2].reservePooled(ctx, "k", lim, 1, 300*time.Millisecond)
+				_, start, err := stores[g%2].reservePooled(ctx, "stayer", "k", lim, 1, 300*time.Millisecond)
 				if errors.Is(err, ErrLimitExceeded) {
 					time.Sleep(2 * time.Millisecond)
 					continue
@@ -331,7 +331,7 @@ func TestPool_ConcurrentCeiling(t *testing.T) {
 			for g := range 8 {
 				wg.Go(func() {
 					for next.Add(1) <= slots {
-						_, start, err := stores[g%2].reservePooled(ctx, "k", lim, 1, 5*time.Second)
+						_, start, err := stores[g%2].reservePooled(ctx, []string{"a", "b"}[g%2], "k", lim, 1, 5*time.Second)
 						if err != nil {
 							t.Error(err)
 							return
@@ -393,18 +393,19 @@ func TestPool_Invalid(t *testing.T) {
 		"join: ttl 0":        s.JoinPool(ctx, "a", 0.5, 0),
 		"join: ttl too long": s.JoinPool(ctx, "a", 0.5, MaxPoolTTL+1),
 		"leave: bad id":      func() error { _, err := s.LeavePool(ctx, "a b"); return err }(),
-		"reserve: bad key":   func() error { _, err := s.ReservePooled(ctx, "", lim, 1, 0); return err }(),
-		"reserve: zero rate": func() error { _, err := s.ReservePooled(ctx, "k", fsm.Limit{Burst: 1}, 1, 0); return err }(),
+		"reserve: bad id":    func() error { _, err := s.ReservePooled(ctx, "a b", "k", lim, 1, 0); return err }(),
+		"reserve: bad key":   func() error { _, err := s.ReservePooled(ctx, "a", "", lim, 1, 0); return err }(),
+		"reserve: zero rate": func() error { _, err := s.ReservePooled(ctx, "a", "k", fsm.Limit{Burst: 1}, 1, 0); return err }(),
 		"reserve: inf rate": func() error {
-			_, err := s.ReservePooled(ctx, "k", fsm.Limit{Rate: math.Inf(1), Burst: 1}, 1, 0)
+			_, err := s.ReservePooled(ctx, "a", "k", fsm.Limit{Rate: math.Inf(1), Burst: 1}, 1, 0)
 			return err
 		}(),
-		"reserve: burst 0":     func() error { _, err := s.ReservePooled(ctx, "k", fsm.Limit{Rate: 1}, 1, 0); return err }(),
-		"reserve: count 0":     func() error { _, err := s.ReservePooled(ctx, "k", lim, 0, 0); return err }(),
-		"reserve: count>burst": func() error { _, err := s.ReservePooled(ctx, "k", lim, 3, 0); return err }(),
-		"reserve: neg maxWait": func() error { _, err := s.ReservePooled(ctx, "k", lim, 1, -1); return err }(),
+		"reserve: burst 0":     func() error { _, err := s.ReservePooled(ctx, "a", "k", fsm.Limit{Rate: 1}, 1, 0); return err }(),
+		"reserve: count 0":     func() error { _, err := s.ReservePooled(ctx, "a", "k", lim, 0, 0); return err }(),
+		"reserve: count>burst": func() error { _, err := s.ReservePooled(ctx, "a", "k", lim, 3, 0); return err }(),
+		"reserve: neg maxWait": func() error { _, err := s.ReservePooled(ctx, "a", "k", lim, 1, -1); return err }(),
 		"reserve: pool too slow": func() error {
-			_, err := s.ReservePooled(ctx, "k", fsm.Limit{Rate: 1e-7, Burst: 1}, 1, 0)
+			_, err := s.ReservePooled(ctx, "a", "k", fsm.Limit{Rate: 1e-7, Burst: 1}, 1, 0)
 			return err
 		}(),
 	} {
@@ -413,7 +414,7 @@ func TestPool_Invalid(t *testing.T) {
 		}
 	}
 	// Nothing was consumed by the refused calls.
-	if w, err := s.ReservePooled(ctx, "k", lim, 2, 0); err != nil || w != 0 {
+	if w, err := s.ReservePooled(ctx, "a", "k", lim, 2, 0); err != nil || w != 0 {
 		t.Fatalf("after invalid calls: wait %v, err %v", w, err)
 	}
 }
@@ -432,7 +433,7 @@ func TestPool_ExtremeLimits(t *testing.T) {
 	} {
 		key := "k" + strconv.FormatFloat(lim.Rate, 'g', -1, 64) + "-" + strconv.Itoa(lim.Burst)
 		for i := range 3 {
-			w, err := s.ReservePooled(ctx, key, lim, 1, time.Hour)
+			w, err := s.ReservePooled(ctx, "a", key, lim, 1, time.Hour)
 			switch {
 			case lim.Burst == 1 && lim.Rate == MinPoolRate && i > 0:
 				var le *LimitExceededError
@@ -447,7 +448,7 @@ func TestPool_ExtremeLimits(t *testing.T) {
 		}
 		if lim.Rate == MinPoolRate && lim.Burst > 1 {
 			// The whole burst at once, after 3: ~31,700 years out.
-			_, err := s.ReservePooled(ctx, key, lim, lim.Burst, time.Hour)
+			_, err := s.ReservePooled(ctx, "a", key, lim, lim.Burst, time.Hour)
 			var le *LimitExceededError
 			if !errors.As(err, &le) || le.Wait < 290*365*24*time.Hour {
 				t.Fatalf("%+v: a batch of the whole burst after 3 reservations: %v, want *LimitExceededError with a wait of centuries", lim, err)
@@ -461,7 +462,7 @@ func TestPool_ContextCancelled(t *testing.T) {
 	must(t, s.JoinPool(ctxT(t), "a", 1, time.Minute))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := s.ReservePooled(ctx, "k", fsm.Limit{Rate: 1, Burst: 1}, 1, 0)
+	_, err := s.ReservePooled(ctx, "a", "k", fsm.Limit{Rate: 1, Burst: 1}, 1, 0)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled context: %v", err)
 	}
@@ -475,7 +476,7 @@ func BenchmarkReservePooled(b *testing.B) {
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := s.ReservePooled(ctx, "bench", lim, 1, time.Second); err != nil {
+			if _, err := s.ReservePooled(ctx, "a", "bench", lim, 1, time.Second); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -484,7 +485,7 @@ func BenchmarkReservePooled(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := s.ReservePooled(ctx, "bench", lim, 1, time.Second); err != nil {
+				if _, err := s.ReservePooled(ctx, "a", "bench", lim, 1, time.Second); err != nil {
 					b.Error(err)
 					return
 				}

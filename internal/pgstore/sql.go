@@ -3,9 +3,10 @@ package pgstore
 import "strings"
 
 // tableNames are the tables Open creates; migrate skips the DDL when all exist.
-// A schema made by an earlier version lacks the later tables (caps, pauses):
+// A schema made by an earlier version lacks the later tables (caps, pauses,
+// witness):
 // the DDL then creates just those.
-var tableNames = []string{"limits", "members", "horizons", "addresses", "pool_members", "pool_cursors", "caps", "pauses"}
+var tableNames = []string{"limits", "members", "horizons", "addresses", "pool_members", "pool_cursors", "caps", "pauses", "witness"}
 
 // ddlSchema creates the schema. migrate runs it only when the schema is
 // missing: even with IF NOT EXISTS, CREATE SCHEMA needs the CREATE right on
@@ -71,6 +72,13 @@ CREATE TABLE IF NOT EXISTS {S}.pauses (
 	paused_until timestamptz NOT NULL,
 	PRIMARY KEY (cluster, key)
 );
+CREATE TABLE IF NOT EXISTS {S}.witness (
+	cluster    text        NOT NULL,
+	node_id    text        NOT NULL,
+	seen_at    timestamptz NOT NULL,
+	fenced     boolean     NOT NULL,
+	PRIMARY KEY (cluster, node_id)
+);
 `
 
 // Microseconds are Postgres's time resolution: durations travel as bigint
@@ -84,14 +92,20 @@ const maxTolerance = "3155760000000000"
 
 // reservePooledSQL is the pool's one statement. Parameters:
 // $1 cluster, $2 key, $3 rate (float8), $4 burst (int8), $5 count (int8),
-// $6 maxWait (int8 µs).
+// $6 maxWait (int8 µs), $7 the caller's node ID.
 //
 //	m    the cluster's unexpired registrations, locked FOR KEY SHARE so that
-//	     LeavePool's DELETE waits for every reservation that counted them
-//	q    F, the interval iv (µs, rounded up), k = floor(B*F), the tolerance
+//	     the DELETE of LeavePool and Fence waits for every reservation that
+//	     counted them
+//	f    F, and own: whether the caller's registration is among them. A
+//	     registration a committed Fence or LeavePool deleted is not: the
+//	     lock skips a row deleted while it waited, and a later statement's
+//	     snapshot no longer has it
+//	q    the interval iv (µs, rounded up), k = floor(B*F), the tolerance
 //	     tol = (k-1)*iv (0 when k = 0; capped at 100 years, which only
 //	     matters for absurd limits and only ever admits less), and whether
-//	     the request is valid
+//	     the request is valid (own is part of it, so a caller without a
+//	     live registration of its own changes nothing)
 //	up   the GCRA step as an upsert. Inserting a fresh cursor admits at
 //	     once. On conflict Postgres locks the row and evaluates SET and WHERE
 //	     on its latest committed version (so concurrent reservations of one
@@ -113,20 +127,24 @@ const maxTolerance = "3155760000000000"
 const reservePooledSQL = `
 WITH n AS (SELECT clock_timestamp() AS t),
 m AS (
-	SELECT pm.fraction FROM {S}.pool_members pm, n
+	SELECT pm.node_id, pm.fraction FROM {S}.pool_members pm, n
 	WHERE pm.cluster = $1 AND pm.expires_at > n.t
 	FOR KEY SHARE OF pm
 ),
-f AS (SELECT LEAST(COALESCE(sum(m.fraction), 0), 1)::float8 AS f FROM m),
+f AS (
+	SELECT LEAST(COALESCE(sum(m.fraction), 0), 1)::float8 AS f,
+		COALESCE(bool_or(m.node_id = $7::text), false) AS own
+	FROM m
+),
 p AS (
-	SELECT f.f,
+	SELECT f.f, f.own,
 		CASE WHEN f.f > 0 AND $3::float8 * f.f >= 1e-6 THEN ceil(1e6 / ($3::float8 * f.f))::int8 END AS iv,
 		floor($4::int8 * f.f)::int8 AS k
 	FROM f
 ),
 q AS (
 	SELECT p.*, LEAST(GREATEST(p.k - 1, 0) * p.iv, {maxtol}) AS tol,
-		(p.iv IS NOT NULL AND $5::int8 <= GREATEST(p.k, 1)) AS valid
+		(p.own AND p.iv IS NOT NULL AND $5::int8 <= GREATEST(p.k, 1)) AS valid
 	FROM p
 ),
 up AS (
@@ -144,7 +162,7 @@ r AS (
 		up.t AS at
 	FROM q LEFT JOIN up ON true
 )
-SELECT r.f, r.k, r.iv IS NOT NULL, r.valid, r.new_tat IS NOT NULL,
+SELECT r.own, r.f, r.k, r.iv IS NOT NULL, r.valid, r.new_tat IS NOT NULL,
 	COALESCE((EXTRACT(EPOCH FROM (r.start - r.at)) * 1000000)::int8, 0),
 	COALESCE((EXTRACT(EPOCH FROM r.start) * 1000000)::int8, 0),
 	COALESCE((SELECT (EXTRACT(EPOCH FROM (GREATEST(n.t, c.tat + (($5::int8 - 1) * r.iv - r.tol) * {us}) - n.t)) * 1000000)::int8
@@ -184,6 +202,27 @@ func newQueries(schema string) queries {
 		discover: r.Replace(`SELECT gossip_addr FROM {S}.addresses WHERE cluster = $1 AND updated_at >= clock_timestamp() - $2::int8 * {us} ORDER BY updated_at DESC, node_id`),
 		forget:   r.Replace(`DELETE FROM {S}.addresses WHERE cluster = $1 AND node_id = $2`),
 
+		witness: r.Replace(`INSERT INTO {S}.witness AS w (cluster, node_id, seen_at, fenced) VALUES ($1, $2, clock_timestamp(), false) ON CONFLICT (cluster, node_id) DO UPDATE SET seen_at = GREATEST(w.seen_at, clock_timestamp()) RETURNING w.fenced`),
+		unfence: r.Replace(`UPDATE {S}.witness SET fenced = false WHERE cluster = $1 AND node_id = $2`),
+		// Fence's statements, in this order in one transaction (see Fence):
+		// lock the member's witness row (creating it for a member never
+		// seen; the no-op update takes the lock on the latest version),
+		// read it and the registration with a snapshot taken after the
+		// lock, mark it fenced and delete the registration, and read the
+		// wait with a snapshot taken after the DELETE.
+		fenceLock: r.Replace(`INSERT INTO {S}.witness AS w (cluster, node_id, seen_at, fenced) VALUES ($1, $2, '-infinity', false) ON CONFLICT (cluster, node_id) DO UPDATE SET fenced = w.fenced`),
+		fenceRead: r.Replace(`WITH n AS (SELECT clock_timestamp() AS t)
+SELECT w.fenced, w.seen_at > n.t - $3::int8 * {us},
+	CASE WHEN isfinite(w.seen_at) THEN (EXTRACT(EPOCH FROM GREATEST(n.t - w.seen_at, interval '0')) * 1000000)::int8 ELSE -1 END,
+	EXISTS (SELECT 1 FROM {S}.pool_members pm WHERE pm.cluster = $1 AND pm.node_id = $2 AND pm.expires_at > n.t)
+FROM {S}.witness w, n WHERE w.cluster = $1 AND w.node_id = $2`),
+		fenceApply: r.Replace(`WITH d AS (DELETE FROM {S}.pool_members WHERE cluster = $1 AND node_id = $2)
+UPDATE {S}.witness SET fenced = true WHERE cluster = $1 AND node_id = $2`),
+		fenceWait: r.Replace(`WITH n AS (SELECT clock_timestamp() AS t)
+SELECT CASE WHEN isfinite(w.seen_at) THEN (EXTRACT(EPOCH FROM GREATEST(w.seen_at + $3::int8 * {us} - n.t, interval '0')) * 1000000)::int8 ELSE 0 END,
+	COALESCE((SELECT (EXTRACT(EPOCH FROM GREATEST(max(c.tat) - n.t, interval '0')) * 1000000)::int8 FROM {S}.pool_cursors c WHERE c.cluster = $1), 0)
+FROM {S}.witness w, n WHERE w.cluster = $1 AND w.node_id = $2`),
+
 		joinPool:  r.Replace(`INSERT INTO {S}.pool_members AS p (cluster, node_id, fraction, expires_at) VALUES ($1, $2, $3, clock_timestamp() + $4::int8 * {us}) ON CONFLICT (cluster, node_id) DO UPDATE SET fraction = EXCLUDED.fraction, expires_at = EXCLUDED.expires_at`),
 		leavePool: r.Replace(`DELETE FROM {S}.pool_members WHERE cluster = $1 AND node_id = $2`),
 		poolBusy:  r.Replace(`SELECT COALESCE((EXTRACT(EPOCH FROM GREATEST(max(tat) - clock_timestamp(), interval '0')) * 1000000)::int8, 0) FROM {S}.pool_cursors WHERE cluster = $1`),
@@ -198,4 +237,6 @@ type queries struct {
 	deleteCaps, insertCaps, prunePauses, upsertPauses        string
 	loadCaps, loadPauses                                     string
 	publish, discover, forget, joinPool, leavePool, poolBusy string
+	witness, unfence                                         string
+	fenceLock, fenceRead, fenceApply, fenceWait              string
 }

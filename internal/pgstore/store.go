@@ -80,7 +80,7 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // Store is raftpace's Postgres layer for one cluster: checkpoint,
-// discovery and the pooled fallback cursor. It holds a small connection
+// discovery, the pooled fallback cursor and the witness. It holds a small connection
 // pool (at most 4 connections). Every method is safe for concurrent use;
 // every method that talks to Postgres returns within Config.StatementTimeout
 // (or the caller's context, if sooner).

@@ -265,15 +265,22 @@ func TestStore_PostgresGoesAway(t *testing.T) {
 		"ForgetAddress":  func(ctx context.Context) error { return s.ForgetAddress(ctx, "n1") },
 		"JoinPool":       func(ctx context.Context) error { return s.JoinPool(ctx, "n1", 1, time.Minute) },
 		"ReservePooled": func(ctx context.Context) error {
-			_, err := s.ReservePooled(ctx, "k", lim, 1, time.Second)
+			_, err := s.ReservePooled(ctx, "n1", "k", lim, 1, time.Second)
 			if errors.Is(err, ErrLimitExceeded) {
 				err = nil
 			}
 			return err
 		},
 		"LeavePool": func(ctx context.Context) error { _, err := s.LeavePool(ctx, "n1"); return err },
+		"Witness":   func(ctx context.Context) error { _, err := s.Witness(ctx, "n1"); return err },
+		"Fence": func(ctx context.Context) error {
+			_, err := s.Fence(ctx, "n2", time.Second, time.Second)
+			return err
+		},
+		"Unfence": func(ctx context.Context) error { return s.Unfence(ctx, "n2") },
 	}
-	order := []string{"SaveCheckpoint", "LoadCheckpoint", "PublishAddress", "DiscoverGossip", "JoinPool", "ReservePooled", "LeavePool", "ForgetAddress"}
+	order := []string{"SaveCheckpoint", "LoadCheckpoint", "PublishAddress", "DiscoverGossip", "JoinPool", "ReservePooled", "LeavePool",
+		"ForgetAddress", "Witness", "Fence", "Unfence"}
 	for _, name := range order {
 		if err := calls[name](context.Background()); err != nil {
 			t.Fatalf("%s through the proxy: %v", name, err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,14 +77,16 @@ func superConn(t *testing.T) *pgx.Conn {
 }
 
 // checkUpgraded checks that s, opened on a schema made by previousDDL, has
-// every table, kept the old rows, and checkpoints caps and pauses.
+// every table, kept the old rows, checkpoints caps and pauses, and
+// witnesses and fences members.
 func checkUpgraded(t *testing.T, s *Store) {
 	t.Helper()
 	ctx := ctxT(t)
-	var tables int
-	must(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = $1`, s.cfg.Schema).Scan(&tables))
-	if tables != len(tableNames) {
-		t.Fatalf("%d tables after upgrading, want %d", tables, len(tableNames))
+	var tables []string
+	must(t, s.pool.QueryRow(ctx, `SELECT ARRAY(SELECT tablename::text FROM pg_catalog.pg_tables WHERE schemaname = $1 ORDER BY 1)`,
+		s.cfg.Schema).Scan(&tables))
+	if want := slices.Sorted(slices.Values(tableNames)); !slices.Equal(tables, want) {
+		t.Fatalf("tables after upgrading: %v, want %v", tables, want)
 	}
 	cp, found, err := s.LoadCheckpoint(ctx)
 	must(t, err)
@@ -97,6 +100,12 @@ func checkUpgraded(t *testing.T, s *Store) {
 	must(t, err)
 	if !reflect.DeepEqual(got.Caps, cp.Caps) || got.Pauses["old"] < 50*time.Second {
 		t.Fatalf("caps and pauses after upgrading: %v, %v", got.Caps, got.Pauses)
+	}
+	if fenced, err := s.Witness(ctx, "n1"); err != nil || fenced {
+		t.Fatalf("Witness after upgrading: fenced %v, err %v", fenced, err)
+	}
+	if r, err := s.Fence(ctx, "n2", time.Second, time.Second); err != nil || !r.Fenced {
+		t.Fatalf("Fence after upgrading: %+v, err %v", r, err)
 	}
 }
 
