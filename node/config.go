@@ -264,6 +264,9 @@ func (c Config) validate() error {
 		if host == "" && (field == "AdvertiseAddr" || field == "GossipAdvertiseAddr") {
 			bad(field, v, "must name a host")
 		}
+		if host != "" && field == "GossipAdvertiseAddr" && net.ParseIP(host) == nil {
+			bad(field, v, "host must be an IP address (gossip does not resolve names)")
+		}
 	}
 	checkHostPort("BindAddr", c.BindAddr, true)
 	checkHostPort("AdvertiseAddr", c.AdvertiseAddr, false)
@@ -320,6 +323,15 @@ func (c Config) validate() error {
 	}
 	if _, err := c.gossipKey(); err != nil {
 		errs = append(errs, err)
+	}
+	if len(c.ClusterName) > maxClusterName {
+		bad("ClusterName", c.ClusterName, fmt.Sprintf("must be at most %d bytes (it labels every gossip packet)", maxClusterName))
+	}
+	if c.PostgresURL != "" {
+		// The URL may hold a password: name the field, never the value.
+		if msg := postgresURLProblem(c.PostgresURL); msg != "" {
+			errs = append(errs, fmt.Errorf("%w: PostgresURL: cannot parse: %s", ErrInvalidConfig, msg))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/logging"
@@ -85,16 +86,21 @@ type counters struct {
 
 // New validates cfg, opens the data dir and starts the node: transport,
 // raft, gossip and the leader's pacer. It does not wait for a leader.
-func New(cfg Config) (n *Node, err error) {
+//
+// Every failure is an error naming what was wrong (a Config problem wraps
+// ErrInvalidConfig); whatever New had opened by then (ports, the raft
+// store, goroutines) is released before it returns, so a New that failed
+// can be retried on the same addresses and data dir.
+func New(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return nil, fmt.Errorf("node: data dir: %w", err)
+		return nil, fmt.Errorf("node: DataDir: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n = &Node{
+	n := &Node{
 		cfg:   cfg,
 		log:   cfg.Logger.With("node", cfg.NodeID),
 		epoch: time.Now(),
@@ -107,11 +113,21 @@ func New(cfg Config) (n *Node, err error) {
 		waitHist:  newHistogram(WaitBuckets),
 		applyHist: newHistogram(ApplyBuckets),
 	}
-	defer func() {
-		if err != nil {
-			n.Close()
+	if err := n.start(); err != nil {
+		// n is partly built: Close copes with every part still nil.
+		if cerr := n.Close(); cerr != nil {
+			n.log.Warn("releasing a node that failed to start", "err", cerr)
 		}
-	}()
+		return nil, err
+	}
+	n.log.Info("node started", "addr", n.Addr(), "gossip", n.GossipAddr(), "bootstrap_expect", cfg.BootstrapExpect)
+	return n, nil
+}
+
+// start builds and starts the parts of n in order. On an error the parts
+// started so far stay in n for Close to release.
+func (n *Node) start() error {
+	cfg := n.cfg
 	n.fsm = newFSMAdapter(n.state, n.now)
 	n.pacer = newPacer(n.now, cfg.HorizonAhead, cfg.LeaseSpan, n.fsm.horizon, n.state.Limits)
 	n.pacer.granted = func(key string, count int) { n.grantedHist.add(key, count, time.Now()) }
@@ -135,7 +151,7 @@ func New(cfg Config) (n *Node, err error) {
 
 	tlsCfg, err := cfg.tlsConfig() // validated above; nil without TLS
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n.trans, err = transport.New(transport.Config{
 		BindAddr:      cfg.BindAddr,
@@ -145,14 +161,13 @@ func New(cfg Config) (n *Node, err error) {
 		Logger:        n.log.With("component", "transport"),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("node: %w", err)
+		return fmt.Errorf("node: %w", err)
 	}
 	if err := n.startRaft(); err != nil {
-		return nil, err
+		return err
 	}
-	n.gossip, err = newGossip(n)
-	if err != nil {
-		return nil, err
+	if n.gossip, err = newGossip(n); err != nil {
+		return err
 	}
 	n.wg.Add(5)
 	go n.maintainLoop()
@@ -172,14 +187,22 @@ func New(cfg Config) (n *Node, err error) {
 		n.wg.Add(1)
 		go n.bootstrapLoop()
 	}
-	n.log.Info("node started", "addr", n.Addr(), "gossip", n.GossipAddr(), "bootstrap_expect", cfg.BootstrapExpect)
-	return n, nil
+	return nil
 }
+
+// storeOpenTimeout bounds the wait for the raft store's file lock: another
+// process (or node) running on the same DataDir holds it for as long as it
+// runs, so waiting longer would only hang the start.
+const storeOpenTimeout = time.Second
 
 func (n *Node) startRaft() error {
 	cfg := n.cfg
 	hlog := logging.HCLog(n.log, "raft")
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	path := filepath.Join(cfg.DataDir, "raft.db")
+	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{Timeout: storeOpenTimeout}})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return fmt.Errorf("node: raft store %s: locked by another process for %v (is another node running on DataDir %q?): %w", path, storeOpenTimeout, cfg.DataDir, err)
+	}
 	if err != nil {
 		return fmt.Errorf("node: raft store: %w", err)
 	}

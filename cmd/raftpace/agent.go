@@ -420,6 +420,21 @@ func writeFileAtomic(path string, data []byte) error {
 	return os.Rename(tmp.Name(), path)
 }
 
+// checkWritableDir checks that a file can be created in dir, as
+// writeFileAtomic will.
+func checkWritableDir(dir string) error {
+	f, err := os.CreateTemp(dir, ".raftpace-probe*")
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the probe's random name says nothing
+		}
+		return fmt.Errorf("cannot create a file in %s: %w", dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
 // agentNode is the node as the admin API sees it: when the node has left
 // (and so closed), the agent is told, and exits.
 type agentNode struct {
@@ -472,6 +487,11 @@ func (c *cli) agent(name string, args []string) error {
 
 	if a.readyFile != "" {
 		if err := os.Remove(a.readyFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("agent: --ready-file: %w", err)
+		}
+		// Fail now, not after the node has joined the cluster, when the
+		// file could not be written.
+		if err := checkWritableDir(filepath.Dir(a.readyFile)); err != nil {
 			return fmt.Errorf("agent: --ready-file: %w", err)
 		}
 	}

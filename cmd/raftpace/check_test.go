@@ -141,3 +141,37 @@ func TestCheck_Errors(t *testing.T) {
 		}
 	}
 }
+
+// A file ending in a torn line (an agent killed while recording) is
+// checked, with a note naming it; a torn line holding a whole event counts,
+// also for the key its possibly cut-short key is the start of.
+func TestCheck_TornTail(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	n1 := write("n1.timeline", "1000000000 n1 key\n")
+	dropped := write("dropped.timeline", "100000000 n2 key\n1000000001 n2")
+	cut := write("cut.timeline", "100000000 n2 key\n1000000001 n2 ke")
+
+	r := mustRun(t, 0, "check", "--rate", "1", "--window", "500ms", "--key", "key", n1, dropped)
+	if want := "raftpace: check: note: timeline: " + dropped + ": line 2: torn last line (13 bytes"; !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "dropped") {
+		t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+	}
+	r = mustRun(t, 1, "check", "--rate", "1", "--window", "500ms", "--key", "key", n1, cut)
+	for _, want := range []string{
+		"raftpace: check: note: timeline: " + cut + ": line 2: torn last line (16 bytes",
+		`counted as the event "1000000001 n2 ke"`,
+		`its key may have been cut short: counted for key "key" too`,
+		`ceiling exceeded for key "key"`,
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+}

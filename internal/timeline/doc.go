@@ -18,15 +18,32 @@
 // space. Every line, the last included, ends with '\n'. Lines need not be
 // in time order. Parse accepts exactly what WriteEvents and Writer write,
 // so a file that parses re-serialises byte for byte; anything else (an
-// empty line, "\r\n", a tab, a missing or extra field, a last line with no
-// newline) is a *ParseError naming the line.
+// empty line, "\r\n", a tab, a missing or extra field) is a *ParseError
+// naming the line. The one exception is the end of a file: a last line
+// with no newline that is the start of a valid line is the torn record of
+// a writer killed while recording (TornTail, below); ParseTorn and
+// ParseFilesTorn report it.
 //
 // # Durability
 //
 // Writer.Record issues one write(2) of one whole line on an O_APPEND file
 // descriptor and keeps no buffer, so when Record returns the event is in
-// the page cache: a SIGKILLed process loses nothing it recorded, and no
-// line is ever half written by a killed process. Writer does not fsync.
+// the page cache: a SIGKILLed process loses nothing it recorded. Writer
+// does not fsync.
+//
+// A line is not written atomically, though: Linux copies a write into the
+// page cache a page at a time and checks for a fatal signal between pages
+// (generic_perform_write), so a process SIGKILLed in the middle of a
+// Record whose line crosses a page boundary leaves the start of that line,
+// without its newline, at the end of its file. That Record never returned:
+// the event was admitted but never acknowledged. Parse accepts such a torn
+// last line and counts it when it still holds a whole event (over-counting
+// is the safe side of a ceiling check; the key may then be cut short),
+// drops it otherwise, and ParseTorn/ParseFilesTorn report it so that a
+// checker can say so. NewWriter repairs a torn last line before appending
+// (a process restarted with the same file): it completes a whole event
+// with its newline and cuts an incomplete one off, so the file parses to
+// the same events as before.
 //
 // # The bound
 //

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,8 +76,22 @@ func TestParse_Errors(t *testing.T) {
 		{"CRLF line end", good + "2 n k\r\n", 2, "whitespace U+000D"},
 		{"no-break space in key", "1 n a\u00a0b\n", 1, "whitespace U+00A0"},
 		{"invalid UTF-8", "1 n k\xff\n", 1, "invalid UTF-8 at byte 5"},
-		{"truncated last line", good + "2 n", 2, "no trailing newline"},
-		{"truncated after good lines", good + good + good + "3", 4, "no trailing newline"},
+		// A last line without a newline is accepted only when it is the
+		// start of a valid line (TestParse_TornTail).
+		{"garbage last line", good + "hello world", 2, `no trailing newline and is not the start of a record: bad time "hello"`},
+		{"control char in last line", good + "2 n\x01", 2, "not the start of a record: contains control character U+0001"},
+		{"extra field in last line", good + "2 n k x", 2, "not the start of a record: 4 fields, want 3"},
+		{"trailing space after key in last line", good + "2 n k ", 2, "not the start of a record: 4 fields"},
+		{"double space in last line", good + "2  n", 2, "not the start of a record: two spaces in a row after field 1"},
+		{"leading space in last line", good + " 2 n", 2, "not the start of a record: leading space"},
+		{"leading zero in last line", good + "02", 2, "not the start of a record: bad time \"02\": leading zero"},
+		{"zero time in last line", good + "0 n", 2, "not the start of a record: time 0 is not positive"},
+		{"time out of range in last line", good + "9223372036854775808", 2, "not the start of a record: bad time \"9223372036854775808\": out of int64 range"},
+		{"invalid UTF-8 in last line", good + "2 n \xffk", 2, "not the start of a record: invalid UTF-8 at byte 4"},
+		{"cut character in time", good + "2\xc3", 2, "not the start of a record: bad time"},
+		{"CR at the end of the last line", good + "2 n k\r", 2, "not the start of a record: contains whitespace U+000D"},
+		{"key too long in last line", good + "2 n " + long, 2, "not the start of a record: key is 4097 bytes"},
+		{"missing newline in the middle", "1 n k2 n k\n", 1, "5 fields, want 3"},
 		{"key too long", "1 n " + long + "\n", 1, "key is 4097 bytes"},
 		{"line too long", "1 n " + strings.Repeat("y", 200_000) + "\n", 1, "line longer than"},
 	}
@@ -113,6 +129,79 @@ func TestParse_ReadError(t *testing.T) {
 	var pe *ParseError
 	if !errors.Is(err, boom) || errors.As(err, &pe) {
 		t.Errorf("got %v, want the reader's error, not a ParseError", err)
+	}
+}
+
+func TestParse_TornTail(t *testing.T) {
+	good := "1 n k\n"
+	tests := []struct {
+		name  string
+		input string
+		want  []Event
+		torn  TornTail
+	}{
+		{"cut in the time", good + "17", []Event{{1, "n", "k"}}, TornTail{Line: 2, Bytes: 2}},
+		{"cut after the time", good + "17 ", []Event{{1, "n", "k"}}, TornTail{Line: 2, Bytes: 3}},
+		{"cut in the node id", good + "17 no", []Event{{1, "n", "k"}}, TornTail{Line: 2, Bytes: 5}},
+		{"cut after the node id", good + "17 node ", []Event{{1, "n", "k"}}, TornTail{Line: 2, Bytes: 8}},
+		{"cut inside a character of the node id", good + "17 n\xc5", []Event{{1, "n", "k"}}, TornTail{Line: 2, Bytes: 5}},
+		{"cut inside a character of the key", good + "17 n cl\xe2\x82", []Event{{1, "n", "k"}}, TornTail{Line: 2, Bytes: 9}},
+		{"largest time cut short", good + "922337203685477580", []Event{{1, "n", "k"}}, TornTail{Line: 2, Bytes: 18}},
+		{"only line cut", "17 n", nil, TornTail{Line: 1, Bytes: 4}},
+		{"whole event without newline", good + "17 n key", []Event{{1, "n", "k"}, {17, "n", "key"}},
+			TornTail{Line: 2, Bytes: 8, Counted: true, Event: Event{17, "n", "key"}}},
+		{"only line whole without newline", "17 n k", []Event{{17, "n", "k"}},
+			TornTail{Line: 1, Bytes: 6, Counted: true, Event: Event{17, "n", "k"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, torn, err := ParseTorn(strings.NewReader(tt.input))
+			if err != nil {
+				t.Fatalf("ParseTorn: %v", err)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("events %v, want %v", got, tt.want)
+			}
+			if torn == nil || *torn != tt.torn {
+				t.Fatalf("torn %+v, want %+v", torn, tt.torn)
+			}
+			// Parse agrees, without the report.
+			if evs, err := Parse(strings.NewReader(tt.input)); err != nil || !slices.Equal(evs, tt.want) {
+				t.Errorf("Parse = %v, %v", evs, err)
+			}
+			s := torn.String()
+			if want := fmt.Sprintf("line %d: torn last line (%d bytes", tt.torn.Line, tt.torn.Bytes); !strings.Contains(s, want) {
+				t.Errorf("String() = %q, want it to contain %q", s, want)
+			}
+			if tt.torn.Counted != strings.Contains(s, "counted as the event") {
+				t.Errorf("String() = %q does not say whether it was counted", s)
+			}
+		})
+	}
+	// A file that ends with a newline has no torn tail.
+	if _, torn, err := ParseTorn(strings.NewReader(good)); err != nil || torn != nil {
+		t.Errorf("ParseTorn(%q) = %v, %v", good, torn, err)
+	}
+}
+
+func TestParseFilesTorn(t *testing.T) {
+	dir := t.TempDir()
+	a := writeFile(t, dir, "a.timeline", "30 a k\n10 a k\n20 a")
+	b := writeFile(t, dir, "b.timeline", "15 b k\n")
+	c := writeFile(t, dir, "c.timeline", "12 c k")
+	evs, torn, err := ParseFilesTorn(a, b, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Event{{10, "a", "k"}, {12, "c", "k"}, {15, "b", "k"}, {30, "a", "k"}}; !slices.Equal(evs, want) {
+		t.Errorf("events %v, want %v", evs, want)
+	}
+	want := []TornTail{{Path: a, Line: 3, Bytes: 4}, {Path: c, Line: 1, Bytes: 6, Counted: true, Event: Event{12, "c", "k"}}}
+	if !slices.Equal(torn, want) {
+		t.Errorf("torn %+v, want %+v", torn, want)
+	}
+	if s := torn[0].String(); !strings.HasPrefix(s, "timeline: "+a+": line 3: torn last line (4 bytes") || !strings.Contains(s, "dropped") {
+		t.Errorf("String() = %q", s)
 	}
 }
 
@@ -284,10 +373,70 @@ func TestWriter_Errors(t *testing.T) {
 	if _, err := NewWriter(filepath.Join(dir, "no", "such", "dir"), "n1"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("NewWriter in missing dir: got %v", err)
 	}
-	// A file whose last line is truncated is not appended to.
-	trunc := writeFile(t, dir, "trunc.timeline", "1 n k\n2 n")
-	if _, err := NewWriter(trunc, "n1"); !errors.Is(err, ErrSyntax) {
-		t.Errorf("NewWriter on truncated file: got %v", err)
+	// A file whose last line is not even the start of a record is not
+	// appended to, and is left as it is.
+	for _, content := range []string{"1 n k\nxx yy", "1 n k\n2 n k x", "1 n k\n" + strings.Repeat("1", maxLineLen+10)} {
+		p := writeFile(t, dir, "garbage.timeline", content)
+		if _, err := NewWriter(p, "n1"); !errors.Is(err, ErrSyntax) || !strings.Contains(err.Error(), "refusing to append") {
+			t.Errorf("NewWriter on a file ending %.20q: got %v", content[6:], err)
+		}
+		if b, _ := os.ReadFile(p); string(b) != content {
+			t.Errorf("NewWriter changed a file it refused")
+		}
+	}
+}
+
+// An agent restarted after a SIGKILL appends to the file its killed
+// predecessor left: NewWriter repairs a torn last line so that the file
+// parses to the same events before and after, plus the new ones.
+func TestWriter_RepairsTornTail(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name    string
+		content string
+		after   string // the file after NewWriter
+		torn    *TornTail
+	}{
+		{"empty", "", "", nil},
+		{"clean", "1 n k\n", "1 n k\n", nil},
+		{"incomplete record cut off", "1 n k\n2 n", "1 n k\n", &TornTail{Bytes: 3}},
+		{"cut inside a character", "1 n k\n2 n cl\xc3", "1 n k\n", &TornTail{Bytes: 7}},
+		{"only an incomplete record", "2 n", "", &TornTail{Bytes: 3}},
+		{"whole record completed", "1 n k\n2 n key", "1 n k\n2 n key\n", &TornTail{Bytes: 7, Counted: true, Event: Event{2, "n", "key"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := writeFile(t, dir, strings.ReplaceAll(tt.name, " ", "-"), tt.content)
+			before, _ := ParseFiles(p)
+			w, err := NewWriter(p, "n2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.torn != nil {
+				tt.torn.Path = p
+			}
+			if got := w.Repaired(); (got == nil) != (tt.torn == nil) || got != nil && *got != *tt.torn {
+				t.Errorf("Repaired() = %+v, want %+v", got, tt.torn)
+			}
+			if b, _ := os.ReadFile(p); string(b) != tt.after {
+				t.Errorf("after NewWriter the file holds %q, want %q", b, tt.after)
+			}
+			if err := w.Record("k", time.Unix(0, t0)); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			evs, torn, err := ParseFilesTorn(p)
+			if err != nil || torn != nil {
+				t.Fatalf("after a restart: %v, torn %v", err, torn)
+			}
+			want := append(slices.Clone(before), Event{t0, "n2", "k"})
+			slices.SortFunc(want, compareEvents)
+			if !slices.Equal(evs, want) {
+				t.Errorf("events %v, want %v", evs, want)
+			}
+		})
 	}
 }
 
@@ -313,24 +462,37 @@ func TestWriter_AppendsToExistingFile(t *testing.T) {
 
 // The helper process records events as fast as it can, reporting on stdout
 // how many Record calls have returned; the test SIGKILLs it mid-stream.
+// Its keys are long and of varying length, so that most lines cross a page
+// boundary, where the kernel may end a write cut short by the SIGKILL
+// (see TornTail): the test then sees a torn last line.
 const helperEnv = "TIMELINE_TEST_HELPER_PATH"
+
+// helperNode is the helper's node id: long, with the long keys of
+// helperEvent, so that every line (4-8 KiB) crosses a page boundary.
+var helperNode = "victim-" + strings.Repeat("v", 3000)
+
+// helperEvent is the i-th event (from 1) the helper records.
+func helperEvent(i int64) Event {
+	return Event{At: t0 + i, Node: helperNode, Key: "k" + strings.Repeat("x", 1000+int(i*7919%3000))}
+}
 
 func TestWriter_HelperProcess(t *testing.T) {
 	path := os.Getenv(helperEnv)
 	if path == "" {
 		t.Skip("helper process for TestWriter_SurvivesSIGKILL")
 	}
-	w, err := NewWriter(path, "victim")
+	w, err := NewWriter(path, helperNode)
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)
 	}
 	for i := int64(1); ; i++ {
-		if err := w.Record("k", time.Unix(0, t0+i)); err != nil {
+		e := helperEvent(i)
+		if err := w.Record(e.Key, time.Unix(0, e.At)); err != nil {
 			fmt.Println("error:", err)
 			os.Exit(1)
 		}
-		if i%1000 == 0 {
+		if i%100 == 0 {
 			fmt.Println(i) // i events are recorded
 		}
 	}
@@ -358,35 +520,92 @@ func TestWriter_SurvivesSIGKILL(t *testing.T) {
 		}
 	}()
 
-	// Wait until the helper has recorded at least 20000 events, then kill
+	// Wait until the helper has recorded at least 1000 events, then kill
 	// it while it is still recording.
 	sc := bufio.NewScanner(out)
 	var acked int64
-	for acked < 20000 && sc.Scan() {
+	for acked < 1000 && sc.Scan() {
 		if _, err := fmt.Sscan(sc.Text(), &acked); err != nil {
 			t.Fatalf("helper said %q", sc.Text())
 		}
 	}
-	if acked < 20000 {
+	if acked < 1000 {
 		t.Fatalf("helper stopped after %d events: %v", acked, sc.Err())
 	}
+	// Kill it at a random moment of its stream, not just as it reports:
+	// keep reading its reports (so it never blocks on them) a little.
+	go io.Copy(io.Discard, out)
+	time.Sleep(time.Duration(rand.Int64N(int64(3 * time.Millisecond))))
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killed = true
 	cmd.Wait()
 
-	evs, err := ParseFiles(path)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, torn, err := ParseFilesTorn(path)
 	if err != nil {
 		t.Fatalf("timeline of a killed writer does not parse: %v", err)
 	}
 	if int64(len(evs)) < acked {
 		t.Fatalf("parsed %d events, but %d Record calls had returned", len(evs), acked)
 	}
-	for i, e := range evs {
-		if e != (Event{At: t0 + int64(i) + 1, Node: "victim", Key: "k"}) {
-			t.Fatalf("event %d is %v", i, e)
+	// A torn last line is reported exactly when the file does not end
+	// with a newline, and is the start of the next event's line.
+	endsClean := raw[len(raw)-1] == '\n'
+	if endsClean != (len(torn) == 0) {
+		t.Fatalf("file ends clean: %v; torn tails reported: %+v", endsClean, torn)
+	}
+	whole := evs
+	if len(torn) == 1 {
+		tt := torn[0]
+		frag := raw[bytes.LastIndexByte(raw, '\n')+1:]
+		next := helperEvent(int64(bytes.Count(raw, []byte{'\n'})) + 1)
+		if tt.Bytes != len(frag) || !strings.HasPrefix(next.String(), string(frag)) {
+			t.Fatalf("torn tail %+v: %d bytes %.40q... are not the start of the next line", tt, len(frag), frag)
+		}
+		if tt.Counted {
+			// Cut just before its newline, or inside the key: counted,
+			// under the key as far as it was written.
+			last := evs[len(evs)-1]
+			if last != tt.Event || last.At != next.At || last.Node != next.Node || !strings.HasPrefix(next.Key, last.Key) {
+				t.Fatalf("counted torn event %v, the next event was %v", last, next)
+			}
+			whole = evs[:len(evs)-1]
+		}
+		t.Logf("torn last line: %d bytes of the %d-byte line, counted %v", tt.Bytes, len(next.String())+1, tt.Counted)
+	}
+	for i, e := range whole {
+		if want := helperEvent(int64(i) + 1); e != want {
+			t.Fatalf("event %d is %v, want %v", i, e, want)
 		}
 	}
-	t.Logf("killed after %d acknowledged records; %d on disk", acked, len(evs))
+	t.Logf("killed after %d acknowledged records; %d whole lines on disk, torn tail: %v", acked, len(whole), len(torn) == 1)
+
+	// Restarted on the same file, a writer repairs the tail and appends;
+	// the file then parses to the same events plus the new one.
+	w, err := NewWriter(path, helperNode)
+	if err != nil {
+		t.Fatalf("NewWriter after SIGKILL: %v", err)
+	}
+	if r := w.Repaired(); (r != nil) != (len(torn) == 1) || r != nil && (r.Bytes != torn[0].Bytes || r.Counted != torn[0].Counted) {
+		t.Errorf("Repaired() = %+v, the parse found %+v", r, torn)
+	}
+	restart := Event{At: t0 + 1_000_000_000, Node: helperNode, Key: "after-restart"}
+	if err := w.Record(restart.Key, time.Unix(0, restart.At)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, torn2, err := ParseFilesTorn(path)
+	if err != nil || len(torn2) != 0 {
+		t.Fatalf("after the restart: %v, torn %+v", err, torn2)
+	}
+	if want := append(slices.Clone(evs), restart); !slices.Equal(again, want) {
+		t.Fatalf("after the restart %d events, want the %d before and the new one", len(again), len(evs))
+	}
 }

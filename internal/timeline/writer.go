@@ -1,6 +1,7 @@
 package timeline
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +17,8 @@ import (
 // opened with O_APPEND, with no user-space buffering: once Record returns
 // the event is in the kernel's page cache, so a process that is SIGKILLed
 // loses nothing it recorded (a machine that loses power may; Writer does
-// not fsync). On a local file system several processes may append to the
+// not fsync). A Record in progress when the process is killed may leave a
+// torn last line (see TornTail), which Parse accepts and NewWriter repairs. On a local file system several processes may append to the
 // same file without interleaving lines, but one file per process, merged
 // with ParseFiles, is simpler and is what the tests do.
 type Writer struct {
@@ -27,13 +29,24 @@ type Writer struct {
 	f      *os.File
 	closed bool
 	broken error // set when a write failed part way; every later Record returns it
+
+	repaired *TornTail // what NewWriter repaired; nil if nothing
 }
 
 // NewWriter opens path for appending, creating it (mode 0644) if needed,
 // and returns a Writer that records events admitted by nodeID. It fails if
-// nodeID is not a valid name (see ErrInvalidName) or if the file is not
-// empty and does not end with a newline, since appending to a truncated
-// line would corrupt the next one.
+// nodeID is not a valid name (see ErrInvalidName).
+//
+// A file that ends in a torn line (a writer killed while recording, see
+// TornTail) is repaired first, so that appending cannot glue the next
+// event onto it, and so that Parse returns the same events as before: a
+// torn line holding a whole event gets its newline; an incomplete one is
+// cut off (the file is truncated to just after its last newline).
+// Repaired reports what was done. The repair assumes that no other process
+// is appending to the file meanwhile; a process restarted with its own
+// file, as the agent is, is the case it is for. A file whose last line is
+// not even the start of a record is not appended to (an error wrapping
+// ErrSyntax).
 func NewWriter(path, nodeID string) (*Writer, error) {
 	if err := checkName("node id", nodeID); err != nil {
 		return nil, err
@@ -42,7 +55,8 @@ func NewWriter(path, nodeID string) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("timeline: %w", err)
 	}
-	if err := checkTail(f); err != nil {
+	repaired, err := repairTail(f, path)
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -50,28 +64,55 @@ func NewWriter(path, nodeID string) (*Writer, error) {
 	prefix = append(prefix, ' ')
 	prefix = append(prefix, nodeID...)
 	prefix = append(prefix, ' ')
-	return &Writer{path: path, prefix: prefix, f: f}, nil
+	return &Writer{path: path, prefix: prefix, f: f, repaired: repaired}, nil
 }
 
-// checkTail fails if f is non-empty and its last byte is not '\n'.
-func checkTail(f *os.File) error {
+// repairTail makes f end with a newline (or be empty), as NewWriter says,
+// and returns the torn line it found, or nil.
+func repairTail(f *os.File, path string) (*TornTail, error) {
 	fi, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("timeline: %w", err)
+		return nil, fmt.Errorf("timeline: %w", err)
 	}
-	if fi.Size() == 0 {
-		return nil
+	size := fi.Size()
+	if size == 0 {
+		return nil, nil
 	}
-	var last [1]byte
-	if _, err := f.ReadAt(last[:], fi.Size()-1); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("timeline: %w", err)
+	tail := make([]byte, min(size, maxLineLen))
+	if _, err := f.ReadAt(tail, size-int64(len(tail))); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("timeline: %w", err)
 	}
-	if last[0] != '\n' {
-		return fmt.Errorf("%w: %s does not end with a newline; refusing to append after a truncated line",
-			ErrSyntax, f.Name())
+	if tail[len(tail)-1] == '\n' {
+		return nil, nil
 	}
-	return nil
+	i := bytes.LastIndexByte(tail, '\n')
+	if i < 0 && int64(len(tail)) < size {
+		return nil, fmt.Errorf("%w: %s ends in a line longer than %d bytes; refusing to append", ErrSyntax, path, maxLineLen)
+	}
+	frag := tail[i+1:]
+	torn, msg := tornTail(frag, map[string]string{})
+	if msg != "" {
+		return nil, fmt.Errorf("%w: %s ends in a line with no newline that is not the start of a record (%s); refusing to append",
+			ErrSyntax, path, msg)
+	}
+	torn.Path = path
+	if torn.Counted {
+		// O_APPEND: the newline lands at the end, completing the line.
+		if _, err := f.Write([]byte{'\n'}); err != nil {
+			return nil, fmt.Errorf("timeline: completing the torn last line of %s: %w", path, err)
+		}
+		return torn, nil
+	}
+	if err := f.Truncate(size - int64(len(frag))); err != nil {
+		return nil, fmt.Errorf("timeline: cutting off the torn last line of %s: %w", path, err)
+	}
+	return torn, nil
 }
+
+// Repaired returns the torn last line NewWriter found and repaired (see
+// NewWriter), or nil if the file was empty or ended with a newline. Its
+// Line is 0: NewWriter does not read the whole file.
+func (w *Writer) Repaired() *TornTail { return w.repaired }
 
 // Path returns the file the Writer appends to.
 func (w *Writer) Path() string { return w.path }
@@ -113,8 +154,9 @@ func (w *Writer) Record(key string, at time.Time) error {
 	if err != nil {
 		err = fmt.Errorf("timeline: record %q: %w", key, err)
 		if n > 0 {
-			// The file now ends in a partial line, which Parse will report.
-			// Appending more would glue the next event onto it.
+			// The file now ends in a partial line, which Parse reports as
+			// a TornTail (and a new Writer repairs). Appending more would
+			// glue the next event onto it.
 			w.broken = fmt.Errorf("timeline: %s ends in a partial line after an earlier failed write: %w", w.path, err)
 		}
 		return err
