@@ -46,10 +46,14 @@ type gossip struct {
 	kick     chan struct{}
 	// lastRejoin is when rejoinFailed last ran (reconcile goroutine only).
 	lastRejoin time.Time
-	// tlsChecks remembers, with TLS, the members whose raft address failed
-	// the leader's TLS check, so it is not retried on every reconcile
+	// tlsChecks remembers the members whose raft address failed the
+	// leader's connection check, so it is not retried on every reconcile
 	// (reconcile goroutine only).
 	tlsChecks map[string]tlsCheck
+	// failed holds ids the leader removed from raft as failed: one is added
+	// back only once its address answers (passesCheck), however gossip
+	// sees it.
+	failed map[string]bool
 }
 
 // tlsCheck is the last failed TLS check of a member.
@@ -69,7 +73,7 @@ type gossipMember struct {
 }
 
 func newGossip(n *Node) (*gossip, error) {
-	g := &gossip{n: n, members: make(map[string]gossipMember), departed: make(map[string]bool), kick: make(chan struct{}, 1)}
+	g := &gossip{n: n, members: make(map[string]gossipMember), departed: make(map[string]bool), failed: make(map[string]bool), kick: make(chan struct{}, 1)}
 	hasState := n.raft.LastIndex() > 0
 	g.bootstrapped = hasState
 	mc := memberlist.DefaultLANConfig()
@@ -232,6 +236,13 @@ func (g *gossip) observe(node *memberlist.Node, alive bool) {
 func (g *gossip) markDeparted(id string) {
 	g.mu.Lock()
 	g.departed[id] = true
+	g.mu.Unlock()
+}
+
+// markFailed records that the leader removed id from raft as failed.
+func (g *gossip) markFailed(id string) {
+	g.mu.Lock()
+	g.failed[id] = true
 	g.mu.Unlock()
 }
 
@@ -458,7 +469,11 @@ func (n *Node) reconcile() error {
 	if err := f.Error(); err != nil {
 		return err
 	}
-	servers := f.Configuration().Servers
+	var errs []error
+	servers, err := n.removeFailed(f.Configuration().Servers)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	inRaft := make(map[string]raft.Server, len(servers))
 	voters := 0
 	for _, s := range servers {
@@ -473,22 +488,24 @@ func (n *Node) reconcile() error {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	var errs []error
 	for _, id := range ids {
 		m := members[id]
 		s, known := inRaft[id]
 		switch {
 		case m.alive && m.meta.Addr != "" && (!known || string(s.Address) != m.meta.Addr) && !n.gossip.isDeparted(id):
-			if !n.passesTLSCheck(id, m.meta.Addr) {
+			if !n.passesCheck(id, m.meta.Addr) {
 				continue
 			}
+			n.gossip.mu.Lock()
+			delete(n.gossip.failed, id)
+			n.gossip.mu.Unlock()
 			var err error
-			if voters < n.cfg.Voters || (known && s.Suffrage == raft.Voter) {
-				n.log.Info("adding voter", "member", id, "addr", m.meta.Addr)
+			// A new member joins as a nonvoter and is promoted once it has
+			// caught up (below): adding an empty voter would make the quorum
+			// wait for its catch-up.
+			if known && s.Suffrage == raft.Voter {
+				n.log.Info("updating voter address", "member", id, "addr", m.meta.Addr)
 				err = n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Addr), 0, 5*time.Second).Error()
-				if err == nil && !(known && s.Suffrage == raft.Voter) {
-					voters++
-				}
 			} else {
 				n.log.Info("adding nonvoter", "member", id, "addr", m.meta.Addr)
 				err = n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(m.meta.Addr), 0, 5*time.Second).Error()
@@ -498,13 +515,14 @@ func (n *Node) reconcile() error {
 			}
 		}
 	}
-	// Promote healthy nonvoters while voters are missing.
+	// Promote healthy nonvoters while voters are missing: answering the
+	// leader's renewals and caught up with its log.
+	applied := n.raft.AppliedIndex()
 	for _, s := range servers {
 		if voters >= n.cfg.Voters {
 			break
 		}
-		m, ok := members[string(s.ID)]
-		if s.Suffrage != raft.Nonvoter || !ok || !m.alive {
+		if s.Suffrage != raft.Nonvoter || !n.shares.caughtUp(string(s.ID), n.cfg.ShareTTL, applied-min(applied, promoteLag)) {
 			continue
 		}
 		n.log.Info("promoting nonvoter to voter", "member", s.ID)
@@ -518,17 +536,26 @@ func (n *Node) reconcile() error {
 	return errors.Join(errs...)
 }
 
-// passesTLSCheck reports whether the leader may add member id at addr to
-// raft. Without TLS, always. With TLS gossip is not enough (a node that has
-// the gossip key but no certificate of the cluster CA gossips like anyone
-// else): the leader must first open a connection to addr, which succeeds
-// only when both ends accept each other's certificate. A failure is logged
-// (once per address and error, and at most every 30s) and retried after 5s.
-func (n *Node) passesTLSCheck(id, addr string) bool {
-	if !n.cfg.tlsEnabled() {
+// promoteLag is how many log entries a nonvoter may trail the leader's
+// applied index and still be promoted.
+const promoteLag = 256
+
+// passesCheck reports whether the leader may add member id at addr to
+// raft. Without TLS, always, unless the leader removed id as failed: then
+// only once its address answers. With TLS gossip is not enough (a node that
+// has the gossip key but no certificate of the cluster CA gossips like
+// anyone else): the leader must first open a connection to addr, which
+// succeeds only when both ends accept each other's certificate. A failure
+// is logged (once per address and error, and at most every 30s) and
+// retried after 5s.
+func (n *Node) passesCheck(id, addr string) bool {
+	g := n.gossip
+	g.mu.Lock()
+	failed := g.failed[id]
+	g.mu.Unlock()
+	if !n.cfg.tlsEnabled() && !failed {
 		return true
 	}
-	g := n.gossip
 	if g.tlsChecks == nil {
 		g.tlsChecks = make(map[string]tlsCheck)
 	}
@@ -542,22 +569,26 @@ func (n *Node) passesTLSCheck(id, addr string) bool {
 	cancel()
 	if err == nil {
 		if seen && !prev.succeeded {
-			n.log.Info("member passed the TLS check", "member", id, "addr", addr)
+			n.log.Info("member passed the connection check", "member", id, "addr", addr)
 		}
 		g.tlsChecks[id] = tlsCheck{addr: addr, succeeded: true}
 		return true
 	}
 	c := tlsCheck{addr: addr, err: err.Error(), retryAt: now.Add(5 * time.Second), loggedAt: prev.loggedAt}
 	if !seen || prev.addr != addr || prev.err != c.err || now.Sub(prev.loggedAt) >= 30*time.Second {
-		n.log.Warn("not adding member to raft: its address failed the TLS check (is its certificate signed by the cluster CA?)",
-			"member", id, "addr", addr, "err", err)
+		why := "its address does not answer (it was removed as failed)"
+		if n.cfg.tlsEnabled() {
+			why = "its address failed the TLS check (is its certificate signed by the cluster CA?)"
+		}
+		n.log.Warn("not adding member to raft: "+why, "member", id, "addr", addr, "err", err)
 		c.loggedAt = now
 	}
 	g.tlsChecks[id] = c
 	return false
 }
 
-// syncMembers keeps the replicated member list equal to raft's configuration.
+// syncMembers adds every server of raft's configuration to the replicated
+// member list (and follows address changes).
 func (n *Node) syncMembers() error {
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -583,14 +614,8 @@ func (n *Node) syncMembers() error {
 			errs = append(errs, fmt.Errorf("record member %s: %w", id, err))
 		}
 	}
-	for id := range have {
-		if _, ok := want[id]; ok {
-			continue
-		}
-		if _, err := n.commit(&fsm.RemoveMember{ID: id}, 5*time.Second); err != nil {
-			errs = append(errs, fmt.Errorf("forget member %s: %w", id, err))
-		}
-	}
+	// A member gone from raft stays in the list, its fraction reserved for
+	// it, until reclaim releases and forgets it (churn.go).
 	return errors.Join(errs...)
 }
 
@@ -635,49 +660,6 @@ func (n *Node) Join(ctx context.Context, addrs []string) (int, error) {
 		return 0, fmt.Errorf("node: join %v: no address answered: %w", addrs, err)
 	}
 	return count, nil
-}
-
-// Leave removes this node from the cluster (raft and gossip) and closes it.
-// A leader hands over leadership first.
-func (n *Node) Leave(ctx context.Context) error {
-	if n.closed() {
-		return ErrClosed
-	}
-	if f := n.raft.GetConfiguration(); f.Error() == nil {
-		voters := 0
-		self := false
-		for _, s := range f.Configuration().Servers {
-			if s.Suffrage == raft.Voter {
-				voters++
-				self = self || string(s.ID) == n.cfg.NodeID
-			}
-		}
-		if self && voters == 1 {
-			return fmt.Errorf("node: leave: %w: %s is the cluster's only voter; stop it instead (its state stays in the data dir)", ErrInvalidRequest, n.cfg.NodeID)
-		}
-	}
-	if n.raft.State() == raft.Leader {
-		if f := n.raft.GetConfiguration(); f.Error() == nil && len(f.Configuration().Servers) > 1 {
-			if err := n.raft.LeadershipTransfer().Error(); err != nil {
-				n.log.Warn("leadership transfer before leave failed", "err", err)
-			}
-		}
-	}
-	// Announce the departure in gossip first, so no leader's reconcile sees
-	// this node alive and outside raft and adds it back.
-	if err := n.gossip.ml.Leave(2 * time.Second); err != nil {
-		n.log.Warn("gossip leave", "err", err)
-	}
-	err := n.untilDone(ctx, "leave", func() error {
-		_, err := n.indexOnLeader(ctx, "leave", rpcRemoveServer, removeServerReq{ID: n.cfg.NodeID}.encode(),
-			func() (uint64, error) { return n.removeServer(n.cfg.NodeID) })
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	n.log.Info("left the cluster")
-	return n.Close()
 }
 
 // boundTransport is memberlist's network transport with its TCP dials made

@@ -84,7 +84,29 @@ type Config struct {
 	// always stopped spending its fraction.
 	FallbackFor time.Duration
 	// ReapMargin is the leader's extra wait before reaping (default 5s).
+	// Without Postgres only: with PostgresURL a silent member's fraction
+	// comes back through the witness instead (WitnessTTL).
 	ReapMargin time.Duration
+	// FailedServerAfter is how long a member may leave the leader's share
+	// renewals unanswered before the leader removes it from the raft
+	// configuration (default ShareTTL + 1s), so dead voters never hold the
+	// quorum hostage: a crashed worker that never comes back is replaced by
+	// a healthy nonvoter within seconds. Removal from raft is not the
+	// return of its fallback fraction: that follows the rules of
+	// node/DESIGN.md ("Membership churn"). A removed member that turns out
+	// to be alive is added again once it answers.
+	FailedServerAfter time.Duration
+	// WitnessTTL applies with PostgresURL, where Postgres is the witness of
+	// every member's fallback (DESIGN 9): a member heartbeats to Postgres
+	// every WitnessTTL/3; cut off from its leader it may pace locally only
+	// until WitnessTTL after the last heartbeat Postgres accepted (pooled
+	// through Postgres, it paces as long as the cut lasts), and the leader
+	// takes a silent member's fraction back once Postgres has not heard
+	// from it for 2/3 WitnessTTL, after fencing it there, WitnessTTL after
+	// its last heartbeat at most. Default 3s: a dead member's fraction
+	// returns about ShareTTL + 1s after its death; a member that reaches
+	// neither its leader nor Postgres stops after at most WitnessTTL.
+	WitnessTTL time.Duration
 	// MaxSlotTTL is the longest a concurrency slot may be held (default
 	// 30s): AcquireSlots refuses a longer ttl. It also sets when a member in
 	// fallback may start granting slots from its fraction of a cap: only
@@ -148,6 +170,11 @@ type Unsafe struct {
 	// gets its limits but not its horizons, so it may grant slots the old
 	// cluster granted.
 	RestoreLimitsOnly bool
+	// ReclaimWithoutFence: the leader takes a silent member's fraction back
+	// after ShareTTL + 1s without fencing it through the witness, so a
+	// member cut off from raft but pooling through Postgres spends its
+	// fraction twice.
+	ReclaimWithoutFence bool
 }
 
 // Timing holds the raft timers. See hashicorp/raft's Config for their
@@ -190,6 +217,7 @@ const (
 	defaultFallbackFor  = 60 * time.Second
 	defaultReapMargin   = 10 * time.Second
 	defaultMaxSlotTTL   = 30 * time.Second
+	defaultWitnessTTL   = 3 * time.Second
 )
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
@@ -223,6 +251,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxSlotTTL == 0 {
 		c.MaxSlotTTL = defaultMaxSlotTTL
+	}
+	if c.FailedServerAfter == 0 {
+		c.FailedServerAfter = c.ShareTTL + time.Second
+	}
+	if c.WitnessTTL == 0 {
+		c.WitnessTTL = defaultWitnessTTL
 	}
 	if c.CheckpointEvery == 0 {
 		c.CheckpointEvery = 5 * time.Second
@@ -306,6 +340,12 @@ func (c Config) validate() error {
 	if c.PostgresURL != "" && c.ReapMargin < poolTTL+poolMaxWait+c.UseGrace+time.Second {
 		bad("ReapMargin", c.ReapMargin, fmt.Sprintf("with PostgresURL must be at least %v: the pool may spend a member's fraction that long after it stops", poolTTL+poolMaxWait+c.UseGrace+time.Second))
 	}
+	if c.FailedServerAfter < c.ShareTTL/2 || c.FailedServerAfter > time.Hour {
+		bad("FailedServerAfter", c.FailedServerAfter, "must be ShareTTL/2..1h (renewals go out every ShareTTL/3)")
+	}
+	if c.WitnessTTL < 300*time.Millisecond || c.WitnessTTL > 10*time.Minute {
+		bad("WitnessTTL", c.WitnessTTL, "must be 300ms..10m")
+	}
 	if c.CheckpointEvery < 100*time.Millisecond {
 		bad("CheckpointEvery", c.CheckpointEvery, "must be at least 100ms")
 	}
@@ -387,3 +427,13 @@ func (c Config) gossipKey() ([]byte, error) {
 // reapAfter is how long the leader waits without hearing from a member
 // before removing it: longer than the member's promise plus its fallback.
 func (c Config) reapAfter() time.Duration { return c.ShareTTL + c.FallbackFor + c.ReapMargin }
+
+// witnessed reports whether Postgres is every member's fallback witness
+// (DESIGN 9): then a silent member's fraction comes back by fencing it
+// there, never by waiting reapAfter.
+func (c Config) witnessed() bool { return c.PostgresURL != "" }
+
+// fenceStale is how long Postgres must not have heard from a member before
+// the leader may fence it: one missed heartbeat (they go out every
+// WitnessTTL/3) plus the time one takes.
+func (c Config) fenceStale() time.Duration { return 2 * c.WitnessTTL / 3 }

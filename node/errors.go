@@ -27,6 +27,10 @@ var (
 	// budget (Config.FallbackFor) and admits nothing until one renews its
 	// share. The fleet fails closed rather than risk the ceiling.
 	ErrStopped = errors.New("stopped: fallback budget exhausted")
+	// ErrLastVoter: Leave refused to remove the cluster's only voter (the
+	// last member of a cluster shutting down): stop it with Close instead;
+	// its state stays in the data dir.
+	ErrLastVoter = errors.New("the cluster's only voter cannot leave")
 )
 
 // LimitExceededError is returned when the wait would exceed the maximum the

@@ -89,6 +89,17 @@ type fallback struct {
 	// (slots.go); slotEnd is when the last of them ends.
 	slots   map[string]localSlot
 	slotEnd int64
+	// departed: the node is leaving the cluster (Leave); it never spends
+	// its fraction again.
+	departed bool
+
+	// With the witness (Config.witnessed): licence is when this node's
+	// right to pace locally ends (node clock: the send time of its last
+	// heartbeat Postgres accepted unfenced, plus WitnessTTL; 0: none), and
+	// fenced says Postgres reported that a leader fenced it. Written by the
+	// heartbeat loop only.
+	licence atomic.Int64
+	fenced  atomic.Bool
 }
 
 type localSlot struct {
@@ -130,6 +141,9 @@ func (fb *fallback) current() Mode {
 func (fb *fallback) promiseAt() int64 { return fb.promise.Load() }
 
 func (fb *fallback) advanceLocked(now int64) Mode {
+	if fb.departed {
+		return ModeStopped
+	}
 	m := Mode(fb.mode.Load())
 	if m == ModeRaft && now >= fb.promiseAt() {
 		m = ModeLocal
@@ -140,7 +154,21 @@ func (fb *fallback) advanceLocked(now int64) Mode {
 		// could both spend the fraction.
 		fb.pending = fb.n.pg != nil
 	}
-	if (m == ModeLocal || m == ModePooled) && now >= fb.promiseAt()+int64(fb.n.cfg.FallbackFor) {
+	switch {
+	case fb.n.cfg.witnessed():
+		// The witness decides (DESIGN 9): pooled for as long as the pool
+		// holds (tendPool moves a node that loses it to local), local only
+		// within the licence of its last heartbeat, stopped otherwise until
+		// the licence or the pool is back. No FallbackFor: the leader never
+		// takes this fraction back without fencing it in Postgres first.
+		lic := fb.licence.Load()
+		switch {
+		case m == ModeLocal && !fb.pending && now >= lic:
+			m = ModeStopped
+		case m == ModeStopped && now < lic:
+			m = ModeLocal
+		}
+	case (m == ModeLocal || m == ModePooled) && now >= fb.promiseAt()+int64(fb.n.cfg.FallbackFor):
 		if m == ModePooled {
 			fb.leavePoolAsync()
 		}
@@ -161,8 +189,16 @@ func (fb *fallback) announce(m Mode) {
 		fb.n.log.Warn("no leader renewed this node's share: pacing locally at its fallback fraction",
 			"from", prev.String(), "fraction", fb.fraction(), "stop_after", fb.n.cfg.FallbackFor)
 	case ModeStopped:
-		fb.n.log.Error("fallback budget exhausted: admitting nothing until a leader renews this node's share",
-			"from", prev.String(), "in_fallback_for", fb.n.cfg.FallbackFor)
+		switch {
+		case fb.departed:
+			fb.n.log.Info("leaving the cluster: this node spends no fallback fraction any more", "from", prev.String())
+		case fb.n.cfg.witnessed():
+			fb.n.log.Error("cut off from the leader and from postgres (the witness) for longer than the witness licence: admitting nothing until one of them is back",
+				"from", prev.String(), "witness_ttl", fb.n.cfg.WitnessTTL, "fenced", fb.fenced.Load())
+		default:
+			fb.n.log.Error("fallback budget exhausted: admitting nothing until a leader renews this node's share",
+				"from", prev.String(), "in_fallback_for", fb.n.cfg.FallbackFor)
+		}
 	case ModeRaft:
 		fb.n.log.Info("share renewed by the leader: admitting through raft", "from", prev.String())
 	case ModePooled:
@@ -190,13 +226,91 @@ func (fb *fallback) renew() shareAnswer {
 		fb.pending = false
 	}
 	fb.promise.Store(now + int64(fb.n.cfg.ShareTTL))
-	fb.mode.Store(int32(ModeRaft))
-	if fb.announced != ModeRaft {
-		fb.announce(ModeRaft)
+	if !fb.departed {
+		fb.mode.Store(int32(ModeRaft))
+		if fb.announced != ModeRaft {
+			fb.announce(ModeRaft)
+		}
 	}
 	// Report the committed fraction: the leader counts an unheld member at
 	// the larger of committed and reported.
-	return shareAnswer{Applied: fb.n.state.AppliedIndex(), Fraction: fb.n.ownFraction(), Busy: time.Duration(busy)}
+	return shareAnswer{Applied: fb.n.state.AppliedIndex(), Fraction: fb.n.ownFraction(), Busy: time.Duration(busy), Fenced: fb.fenced.Load()}
+}
+
+// depart stops this node's fallback for good (it is leaving the cluster)
+// and returns how far past now its own fallback slots, and the pool's
+// grants that counted its fraction, may still reach: the leader counts the
+// fraction from the arrival of the leave request plus that.
+func (fb *fallback) depart() time.Duration {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	now := fb.n.now()
+	m := Mode(fb.mode.Load())
+	var end int64
+	if m != ModeRaft || now >= fb.promiseAt() {
+		end = max(fb.lastSlot+int64(fb.n.cfg.UseGrace), fb.poolUntil, fb.slotEnd)
+		if m == ModePooled {
+			fb.leavePoolAsync()
+		}
+	}
+	fb.departed = true
+	fb.pending = false
+	fb.mode.Store(int32(ModeStopped))
+	fb.announce(ModeStopped)
+	return time.Duration(max(0, end-now))
+}
+
+// undepart undoes depart after a Leave that failed: the node stays a
+// member and admits again (through its leader, or its fallback once its
+// promise runs out).
+func (fb *fallback) undepart() {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	fb.departed = false
+	fb.mode.Store(int32(ModeRaft))
+	fb.advanceLocked(fb.n.now())
+}
+
+// heartbeatLoop runs with the witness: every WitnessTTL/3 it tells Postgres
+// this node is alive and learns whether a leader fenced it. A heartbeat sent
+// at q and accepted unfenced licenses local pacing until q + WitnessTTL:
+// Postgres recorded it at some p >= q, and a leader fencing this node waits
+// until p + WitnessTTL, measured from after the fence on Postgres's clock.
+func (fb *fallback) heartbeatLoop(ctx context.Context) {
+	every := fb.n.cfg.WitnessTTL / 3
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		sent := fb.n.now()
+		cctx, cancel := context.WithTimeout(ctx, every)
+		fenced, err := fb.n.pg.heartbeat(cctx, fb.n.cfg.NodeID)
+		cancel()
+		if err == nil {
+			fb.heard(sent, fenced)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// heard records a heartbeat sent at sent that Postgres answered.
+func (fb *fallback) heard(sent int64, fenced bool) {
+	if fenced {
+		fb.licence.Store(0)
+		if !fb.fenced.Swap(true) {
+			fb.n.log.Error("a leader fenced this member in postgres (it was silent): it spends no fallback fraction until a leader renews its share and lifts the fence")
+		}
+		return
+	}
+	if fb.fenced.Swap(false) {
+		fb.n.log.Info("the fence on this member in postgres was lifted")
+	}
+	if l := sent + int64(fb.n.cfg.WitnessTTL); l > fb.licence.Load() {
+		fb.licence.Store(l)
+	}
 }
 
 // reserve paces count events of key locally at this node's fraction of
@@ -247,6 +361,11 @@ func (fb *fallback) reserve(key string, count int, maxWait time.Duration) (Reser
 	if err != nil {
 		return Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, ErrInvalidRequest, err)
 	}
+	if lic := fb.licence.Load(); fb.n.cfg.witnessed() && start >= lic {
+		// A leader may count this fraction from the licence's end on.
+		return Reservation{}, fmt.Errorf("node: reserve %q: %w: cut off from the leader and from postgres; local pacing is licensed only until %v after the last heartbeat postgres accepted",
+			key, ErrStopped, fb.n.cfg.WitnessTTL)
+	}
 	if time.Duration(start-now) > maxWait {
 		return Reservation{}, &LimitExceededError{Key: key, Wait: time.Duration(start - now), MaxWait: maxWait}
 	}
@@ -290,7 +409,8 @@ func (fb *fallback) tendPool(ctx context.Context) {
 	fb.mu.Lock()
 	m := Mode(fb.mode.Load())
 	now := fb.n.now()
-	if m == ModeLocal && !fb.pending && fb.n.pg.reachable() && now-fb.lastTry > int64(5*time.Second) {
+	retry := m == ModeLocal || (m == ModeStopped && fb.n.cfg.witnessed() && !fb.departed)
+	if retry && !fb.pending && fb.n.pg.reachable() && now-fb.lastTry > int64(5*time.Second) {
 		// Postgres is back: rejoin the pool. Stop granting locally first;
 		// join only once the local slots are past their use-by, or the
 		// pool and this node would both spend the fraction.
@@ -303,7 +423,7 @@ func (fb *fallback) tendPool(ctx context.Context) {
 	}
 	due := fb.pending || (m == ModePooled && now > fb.poolUntil-int64(poolMaxWait)-int64(fb.n.cfg.UseGrace)-int64(poolTTL)*2/3)
 	fb.mu.Unlock()
-	if !due || (m != ModeLocal && m != ModePooled) {
+	if !due || !fb.poolable(m) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -313,8 +433,14 @@ func (fb *fallback) tendPool(ctx context.Context) {
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
 	m = Mode(fb.mode.Load())
-	if m != ModeLocal && m != ModePooled {
+	if !fb.poolable(m) {
 		return // a renewal or the budget moved it meanwhile
+	}
+	if errors.Is(err, pgstore.ErrFenced) {
+		fb.licence.Store(0)
+		if !fb.fenced.Swap(true) {
+			fb.n.log.Error("a leader fenced this member in postgres: the pool refuses it; it spends no fallback fraction until a leader renews its share")
+		}
 	}
 	if err == nil {
 		fb.poolUntil = recv + int64(poolTTL) + int64(poolMaxWait) + int64(fb.n.cfg.UseGrace)
@@ -329,6 +455,14 @@ func (fb *fallback) tendPool(ctx context.Context) {
 		return // still registered for a while: retry at the next tick
 	}
 	fb.poolLostLocked(err)
+}
+
+// poolable reports whether a node in mode m may (re)join the pool.
+func (fb *fallback) poolable(m Mode) bool {
+	if fb.departed {
+		return false
+	}
+	return m == ModeLocal || m == ModePooled || (m == ModeStopped && fb.n.cfg.witnessed())
 }
 
 // poolExpiringLocked reports whether the registration is gone or within a
@@ -348,10 +482,13 @@ func (fb *fallback) poolLostLocked(err error) {
 	fb.localFrom = max(fb.localFrom, fb.poolUntil)
 	fb.pending = false
 	if Mode(fb.mode.Load()) != ModeLocal || fb.announced != ModeLocal {
-		fb.n.log.Warn("postgres pool unavailable: pacing the fallback fraction locally", "err", err,
-			"local_from_in", time.Duration(max(0, fb.localFrom-fb.n.now())))
 		fb.mode.Store(int32(ModeLocal))
-		fb.announce(ModeLocal)
+		// With the witness, local pacing needs a live licence: advance may
+		// stop the node instead (and says so).
+		if fb.advanceLocked(fb.n.now()) == ModeLocal {
+			fb.n.log.Warn("postgres pool unavailable: pacing the fallback fraction locally", "err", err,
+				"local_from_in", time.Duration(max(0, fb.localFrom-fb.n.now())))
+		}
 	}
 }
 
@@ -448,6 +585,9 @@ func (fb *fallback) acquireSlots(id string, keys []string, ttl time.Duration) (S
 		return Slot{}, full, fmt.Errorf("%w: in fallback, this node's fraction %.3f of the caps of %q is in use", ErrConcurrencyLimit, f, full)
 	}
 	end := min(now+int64(ttl), fb.promiseAt()+int64(fb.n.cfg.FallbackFor))
+	if fb.n.cfg.witnessed() {
+		end = min(now+int64(ttl), fb.licence.Load()) // what a fencing leader waits for
+	}
 	if end <= now {
 		return Slot{}, nil, fmt.Errorf("node: acquire slots %q: %w", keys, ErrStopped)
 	}

@@ -86,10 +86,12 @@ func (f *fsmAdapter) Apply(l *raft.Log) any {
 	if err == nil {
 		switch c := cmd.(type) {
 		case fsm.ExtendHorizons:
+			// Overwrite, not max (fsm.State explains why the latest entry
+			// alone covers every grant): so a leader handing over can commit
+			// its exact cursors and its successor starts there, not up to
+			// HorizonAhead later.
 			for _, e := range c.Entries {
-				if h := now + int64(e.Ahead); h > f.horizons[e.Key] {
-					f.horizons[e.Key] = h
-				}
+				f.horizons[e.Key] = now + int64(e.Ahead)
 			}
 		case fsm.SetPause:
 			f.setPause(c.Key, now, c.For)

@@ -58,6 +58,8 @@ type Node struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	// departing: Leave has begun; the node admits nothing.
+	departing atomic.Bool
 
 	stats counters
 
@@ -169,12 +171,17 @@ func (n *Node) start() error {
 	if n.gossip, err = newGossip(n); err != nil {
 		return err
 	}
-	n.wg.Add(5)
+	n.wg.Add(6)
 	go n.maintainLoop()
 	go n.extendLoop()
 	go n.reconcileLoop()
 	go n.shareLoop()
+	go n.reclaimLoop()
 	go func() { defer n.wg.Done(); n.fallback.watch(n.ctx) }()
+	if n.pg != nil {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.fallback.heartbeatLoop(n.ctx) }()
+	}
 	if len(cfg.Join) > 0 || n.pg != nil {
 		n.wg.Add(1)
 		go n.joinLoop(cfg.Join)
@@ -344,22 +351,28 @@ func (n *Node) leadershipLoop(notify <-chan bool) {
 			n.wg.Add(1)
 			go func() {
 				defer n.wg.Done()
-				if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
-					n.log.Warn("barrier after election failed; not granting", "err", err)
-					return
-				}
-				if !n.restoreBeforeLeading(gen) {
-					return
-				}
-				// Hold nothing until members answer: renew every share now
-				// rather than at the next tick.
-				n.shares.lead(n.state.Members())
-				n.renewShares()
-				if n.pacer.lead(gen) {
-					n.log.Info("leading: granting from inherited horizons", "term", n.raft.CurrentTerm())
-				}
+				n.becomeLeader(gen)
 			}()
 		}
+	}
+}
+
+// becomeLeader starts granting as leader for pacer generation gen: after
+// raft's barrier (every earlier entry applied, so every inherited horizon
+// is known), the restore of a fresh cluster, and one round of share
+// renewals (a new leader holds nothing until members answer).
+func (n *Node) becomeLeader(gen uint64) {
+	if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
+		n.log.Warn("barrier after election failed; not granting", "err", err)
+		return
+	}
+	if !n.restoreBeforeLeading(gen) {
+		return
+	}
+	n.shares.lead(n.state.Members())
+	n.renewShares()
+	if n.pacer.lead(gen) {
+		n.log.Info("leading: granting from inherited horizons", "term", n.raft.CurrentTerm())
 	}
 }
 
@@ -452,6 +465,9 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 	for {
 		if n.closed() {
 			return Reservation{}, ErrClosed
+		}
+		if n.departing.Load() {
+			return Reservation{}, fmt.Errorf("node: reserve %q: %w (leaving the cluster)", key, ErrClosed)
 		}
 		if err := n.gate(ctx, key, max(0, time.Until(deadline))); err != nil {
 			return Reservation{}, err
@@ -774,7 +790,7 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		if err != nil {
 			return indexResp{Code: codeInvalid, Msg: err.Error()}.encode(), nil
 		}
-		index, err := n.removeServer(m.ID)
+		index, err := n.departed(m)
 		return indexResp{Code: codeFor(err), Index: index, Msg: errMsg(err)}.encode(), nil
 	default:
 		n.log.Warn("unknown rpc method", "method", method)

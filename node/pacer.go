@@ -429,6 +429,35 @@ func (p *pacer) collect() (extension, bool) {
 	return ext, len(ext.cmd.Entries) > 0
 }
 
+// cursors returns, for a leader about to hand over (it has stopped
+// granting: stepDown), every key's exact cursor as horizon entries: Ahead
+// is the key's TAT minus now (at least 1ns), measured from before the
+// entries are proposed. Committed, they cover every slot this leader
+// granted, so its successor starts each key where this leader stopped
+// instead of up to HorizonAhead later (DESIGN.md, "Hand-over").
+func (p *pacer) cursors() []fsm.ExtendHorizons {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	keys := make([]string, 0, len(p.keys))
+	for key, ks := range p.keys {
+		if _, tracked := p.tracked(key); tracked || ks.tat > 0 {
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	var out []fsm.ExtendHorizons
+	for i, key := range keys {
+		if i%maxExtendBatch == 0 {
+			out = append(out, fsm.ExtendHorizons{})
+		}
+		ahead := min(max(p.keys[key].tat-now, 1), int64(fsm.MaxHorizonAhead))
+		last := &out[len(out)-1]
+		last.Entries = append(last.Entries, fsm.HorizonEntry{Key: key, Ahead: time.Duration(ahead)})
+	}
+	return out
+}
+
 // committed installs the horizons of a committed extension, unless
 // leadership changed meanwhile.
 func (p *pacer) committed(ext extension) {

@@ -308,3 +308,38 @@ func (p *pgLink) reservePooled(ctx context.Context, key string, lim fsm.Limit, c
 	p.note(err)
 	return wait, err
 }
+
+// heartbeat tells the witness this node is alive and returns whether a
+// leader fenced it.
+func (p *pgLink) heartbeat(ctx context.Context, id string) (bool, error) {
+	s, err := p.get(ctx)
+	if err != nil {
+		return false, err
+	}
+	fenced, err := s.Witness(ctx, id)
+	p.note(err)
+	return fenced, err
+}
+
+// fence asks the witness to fence member id if Postgres has not heard from
+// it for stale; see pgstore.Store.Fence.
+func (p *pgLink) fence(ctx context.Context, id string, stale, licence time.Duration) (pgstore.FenceResult, error) {
+	s, err := p.get(ctx)
+	if err != nil {
+		return pgstore.FenceResult{}, err
+	}
+	res, err := s.Fence(ctx, id, stale, licence)
+	p.note(err)
+	return res, err
+}
+
+// unfence lifts the fence on member id.
+func (p *pgLink) unfence(ctx context.Context, id string) error {
+	s, err := p.get(ctx)
+	if err != nil {
+		return err
+	}
+	err = s.Unfence(ctx, id)
+	p.note(err)
+	return err
+}

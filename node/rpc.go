@@ -60,7 +60,13 @@ type indexResp struct {
 	Msg   string
 }
 
-type removeServerReq struct{ ID string }
+// removeServerReq: member ID leaves. Busy is how far past the request its
+// own fallback slots (and pool grants counting its fraction) still reach;
+// the leader counts its fraction from the request's arrival plus Busy.
+type removeServerReq struct {
+	ID   string
+	Busy time.Duration
+}
 
 type shareReq struct{ Leader string }
 
@@ -70,6 +76,9 @@ type shareAnswer struct {
 	Applied  uint64
 	Fraction float64
 	Busy     time.Duration
+	// Fenced: the witness (Postgres) says a leader fenced this member; the
+	// leader that now holds its share lifts the fence.
+	Fenced bool
 }
 
 type leaseReq struct {
@@ -130,6 +139,13 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
 type reader struct {
 	b   []byte
 	err error
@@ -186,6 +202,18 @@ func (r *reader) string(maxLen int) string {
 	s := string(r.b[:n])
 	r.b = r.b[n:]
 	return s
+}
+
+// bool reads one byte that must be 0 or 1.
+func (r *reader) bool() bool {
+	switch r.byte() {
+	case 0:
+		return false
+	case 1:
+		return true
+	}
+	r.fail()
+	return false
 }
 
 func (r *reader) float64() float64 {
@@ -288,15 +316,26 @@ func decodeIndexResp(b []byte) (indexResp, error) {
 }
 
 func (m removeServerReq) encode() []byte {
-	return appendString([]byte{rpcVersion}, m.ID)
+	b := appendString([]byte{rpcVersion}, m.ID)
+	return binary.AppendVarint(b, int64(m.Busy))
 }
 
 func decodeRemoveServerReq(b []byte) (removeServerReq, error) {
 	r := reader{b: b}
 	r.start()
-	m := removeServerReq{ID: r.string(fsm.MaxIDLen)}
-	return m, r.done()
+	m := removeServerReq{ID: r.string(fsm.MaxIDLen), Busy: time.Duration(r.varint())}
+	if err := r.done(); err != nil {
+		return removeServerReq{}, err
+	}
+	if m.Busy < 0 || m.Busy > maxBusy {
+		return removeServerReq{}, fmt.Errorf("%w: leave busy %v: must be 0..%v", errBadRPC, m.Busy, maxBusy)
+	}
+	return m, nil
 }
+
+// maxBusy bounds a member's reported fallback reach: its local slots lie
+// at most FallbackFor (at most 24h) ahead.
+const maxBusy = 25 * time.Hour
 
 // errMsg is the text of err for an answer's Msg field ("" for nil),
 // truncated to maxMsgLen.
@@ -386,13 +425,14 @@ func (m shareAnswer) encode() []byte {
 	b := []byte{rpcVersion}
 	b = binary.AppendUvarint(b, m.Applied)
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(m.Fraction))
-	return binary.AppendVarint(b, int64(m.Busy))
+	b = binary.AppendVarint(b, int64(m.Busy))
+	return appendBool(b, m.Fenced)
 }
 
 func decodeShareAnswer(b []byte) (shareAnswer, error) {
 	r := reader{b: b}
 	r.start()
-	m := shareAnswer{Applied: r.uvarint(), Fraction: r.float64(), Busy: time.Duration(r.varint())}
+	m := shareAnswer{Applied: r.uvarint(), Fraction: r.float64(), Busy: time.Duration(r.varint()), Fenced: r.bool()}
 	if err := r.done(); err != nil {
 		return shareAnswer{}, err
 	}

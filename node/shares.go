@@ -40,10 +40,14 @@ type shares struct {
 }
 
 type shareState struct {
-	heldFrom, heldUntil int64   // the leader counts f_i for slots in [heldFrom, heldUntil)
-	lastAck             int64   // send time q of the last answered renewal (or leadership start)
-	reported            float64 // the fraction the member last said it applies
-	applied             uint64  // the member's applied index at its last answer
+	heldFrom, heldUntil int64 // the leader counts f_i for slots in [heldFrom, heldUntil)
+	// releasedFrom, when not 0: the member gave its fraction back (it left,
+	// was fenced through the witness, or was reaped) and the leader counts
+	// it for every slot from then on. A later renewal answer clears it.
+	releasedFrom int64
+	lastAck      int64   // send time q of the last answered renewal (or leadership start)
+	reported     float64 // the fraction the member last said it applies
+	applied      uint64  // the member's applied index at its last answer
 }
 
 // fcache remembers F for slot intervals inside [from, until).
@@ -115,6 +119,7 @@ func (s *shares) renewed(id string, q, r int64, a shareAnswer) {
 		st.heldFrom = r + int64(a.Busy)
 	}
 	st.heldUntil = max(st.heldUntil, q+s.ttl)
+	st.releasedFrom = 0 // it answers again: held as any member
 	st.lastAck = max(st.lastAck, q)
 	st.reported = a.Fraction
 	st.applied = a.Applied
@@ -140,6 +145,10 @@ func (s *shares) fraction(a, b int64) float64 {
 		if st != nil && st.reported > f {
 			f = st.reported
 		}
+		if st != nil && st.releasedFrom != 0 && st.releasedFrom <= a {
+			from = max(from, st.releasedFrom)
+			continue
+		}
 		if st != nil && st.heldFrom <= a && b < st.heldUntil {
 			from, until = max(from, st.heldFrom), min(until, st.heldUntil)
 			continue
@@ -147,6 +156,9 @@ func (s *shares) fraction(a, b int64) float64 {
 		unheld += f
 		if st != nil && st.heldFrom > a {
 			until = min(until, st.heldFrom) // may be held later
+		}
+		if st != nil && st.releasedFrom > a {
+			until = min(until, st.releasedFrom) // released later
 		}
 	}
 	F := max(0, 1-unheld)
@@ -171,7 +183,7 @@ func (s *shares) unheld(now int64) []float64 {
 		if st != nil && st.reported > f {
 			f = st.reported
 		}
-		if s.leading && st != nil && st.heldFrom <= now && now < st.heldUntil {
+		if s.leading && st != nil && st.counted(now) {
 			continue
 		}
 		out = append(out, f)
@@ -190,7 +202,8 @@ func (s *shares) view() (held float64, members map[string]shareView) {
 		st := s.by[id]
 		v := shareView{Fraction: committed}
 		if st != nil {
-			v.Held = s.leading && st.heldFrom <= now && now < st.heldUntil
+			v.Held = s.leading && st.counted(now)
+			v.Released = st.releasedFrom != 0
 			v.LastAck = time.Duration(now - st.lastAck)
 			v.Reported = st.reported
 		}
@@ -207,12 +220,85 @@ func (s *shares) view() (held float64, members map[string]shareView) {
 
 type shareView struct {
 	Fraction, Reported float64
-	Held               bool
+	Held, Released     bool
 	LastAck            time.Duration
 }
 
-// overdue lists members (other than self) not heard from for reapAfter.
-func (s *shares) overdue(self string, reapAfter time.Duration) []string {
+// counted reports whether the leader may spend the member's fraction at t:
+// it holds the share then, or the member gave the fraction back by then.
+func (st *shareState) counted(t int64) bool {
+	return (st.releasedFrom != 0 && st.releasedFrom <= t) || (st.heldFrom <= t && t < st.heldUntil)
+}
+
+// release records that member id spends no fallback from slot time from
+// on (it left, was fenced, or was reaped): the leader counts its fraction
+// for every slot from then on, until the member answers a renewal again.
+func (s *shares) release(id string, from int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.leading {
+		return
+	}
+	st := s.by[id]
+	if st == nil {
+		st = &shareState{lastAck: s.now()}
+		s.by[id] = st
+	}
+	if st.releasedFrom == 0 || from < st.releasedFrom {
+		st.releasedFrom = max(from, 1)
+	}
+	s.cache.valid = false
+}
+
+// released lists the members whose fraction has been given back by now:
+// they may be forgotten (removed from the replicated member list).
+func (s *shares) released(now int64) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for id, st := range s.by {
+		if _, member := s.fracs[id]; member && st.releasedFrom != 0 && st.releasedFrom <= now {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// isReleased reports whether member id gave its fraction back (at any time).
+func (s *shares) isReleased(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.by[id]
+	return st != nil && st.releasedFrom != 0
+}
+
+// silence returns how long member id has not answered a renewal (since
+// this leadership began, at most), and whether the leader's share of it has
+// lapsed. Not leading: 0, false.
+func (s *shares) silence(id string) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.by[id]
+	if !s.leading || st == nil {
+		return 0, false
+	}
+	now := s.now()
+	return time.Duration(now - st.lastAck), now >= st.heldUntil
+}
+
+// caughtUp reports whether member id answered a renewal in the last
+// within and had then applied index.
+func (s *shares) caughtUp(id string, within time.Duration, index uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.by[id]
+	return s.leading && st != nil && st.heldUntil > 0 && s.now()-st.lastAck <= int64(within) && st.applied >= index
+}
+
+// overdue lists members (other than self) not heard from for after and
+// not released yet.
+func (s *shares) overdue(self string, after time.Duration) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.leading {
@@ -221,7 +307,7 @@ func (s *shares) overdue(self string, reapAfter time.Duration) []string {
 	now := s.now()
 	var out []string
 	for id, st := range s.by {
-		if _, member := s.fracs[id]; member && id != self && now-st.lastAck > int64(reapAfter) {
+		if _, member := s.fracs[id]; member && id != self && st.releasedFrom == 0 && now-st.lastAck > int64(after) && now >= st.heldUntil {
 			out = append(out, id)
 		}
 	}
@@ -242,9 +328,9 @@ func (s *shares) allApplied(index uint64) bool {
 }
 
 // shareLoop runs on every node; while it leads, it renews every member's
-// share lease (its own by a local call) every ShareTTL/3, reaps members not
-// heard from for ReapAfter, and keeps fractions at 1/N, shrinking before
-// growing.
+// share lease (its own by a local call) every ShareTTL/3 and keeps
+// fractions at 1/N, shrinking before growing. Taking back the fractions of
+// members that are gone is reclaim's (churn.go).
 func (n *Node) shareLoop() {
 	defer n.wg.Done()
 	tick := time.NewTicker(n.cfg.ShareTTL / 3)
@@ -259,12 +345,6 @@ func (n *Node) shareLoop() {
 			continue
 		}
 		n.renewShares()
-		for _, id := range n.shares.overdue(n.cfg.NodeID, n.cfg.reapAfter()) {
-			n.log.Warn("reaping member not heard from", "member", id, "reap_after", n.cfg.reapAfter())
-			if _, err := n.removeServer(id); err != nil {
-				n.log.Warn("reap failed", "member", id, "err", err)
-			}
-		}
 		if err := n.balanceFractions(); err != nil {
 			n.log.Warn("balancing fractions", "err", err)
 		}
@@ -300,6 +380,9 @@ func (n *Node) renewShares() {
 				return
 			}
 			n.shares.renewed(id, q, r, a)
+			if a.Fenced {
+				n.unfence(id) // this leader holds its share now
+			}
 		}()
 	}
 	wg.Wait()

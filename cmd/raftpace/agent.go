@@ -30,9 +30,23 @@ bootstrap once they see each other. A node added later joins with
 --bootstrap-expect 0 (the default) and --join. A single node:
 --bootstrap-expect 1.
 
-On SIGINT or SIGTERM the agent stops its load, closes the node without
-leaving the cluster (a restart with the same --data-dir rejoins) and exits
-0. 'raftpace leave' makes it leave the cluster, then exit.
+On SIGINT or SIGTERM the agent stops its load and leaves the cluster (it
+stops admitting, hands its fallback fraction back, hands leadership over if
+it leads, leaves raft and gossip), then exits 0: right for workers that are
+replaced with a new id and an empty data dir (a Kubernetes Deployment, an
+autoscaled group, systemd units on throwaway hosts). With
+--leave-on-terminate=false it stops without leaving instead, for members
+that come back under the same --node-id and --data-dir (a StatefulSet with
+persistent volumes): the others keep its place (and, without --postgres,
+its fallback fraction) until it returns. A second signal exits at once.
+'raftpace leave' makes it leave the cluster, then exit.
+
+A member that dies without leaving (SIGKILL, OOM, a lost host) is removed
+from raft once it has left the leader's renewals unanswered for
+--failed-server-after (healthy nonvoters take dead voters' places); with
+--postgres its fallback fraction comes back within about --share-ttl + 1s
+(the leader fences it in Postgres first), without Postgres only after
+--share-ttl + --fallback-for + --reap-margin (72s by default).
 
 With --ready-file the agent writes, once the node runs and the admin API
 listens, a JSON document with the addresses it actually bound:
@@ -80,6 +94,10 @@ type agentConfig struct {
 	postgresSchema      string
 	fallbackFor         time.Duration
 	reapMargin          time.Duration
+	failedServerAfter   time.Duration
+	witnessTTL          time.Duration
+	leaveOnTerminate    bool
+	unsafeReclaim       bool
 	agentSecurity
 }
 
@@ -192,13 +210,18 @@ func agentFlags() (*flags, *agentConfig) {
 	f.DurationVar(&a.shareTTL, "share-ttl", 2*time.Second, "how long a member's promise to the leader lasts (`DURATION`); a member not\nrenewed for this long paces itself at its fallback fraction")
 	f.DurationVar(&a.fallbackFor, "fallback-for", 60*time.Second, "how long a member may pace in fallback before it stops admitting (`DURATION`)")
 	f.DurationVar(&a.reapMargin, "reap-margin", 10*time.Second, "the leader reaps a member not heard from for share-ttl + fallback-for + this (`DURATION`)")
+	f.BoolVar(&a.leaveOnTerminate, "leave-on-terminate", true, "on SIGTERM/SIGINT leave the cluster before exiting (for members replaced with\nnew ids and empty data dirs); =false stops without leaving, for members that\nrestart with the same --node-id and --data-dir")
+	f.DurationVar(&a.failedServerAfter, "failed-server-after", 0, "the leader removes a member from raft after it left renewals unanswered\nthis long (`DURATION`, default share-ttl + 1s); its fraction comes back separately")
+	f.DurationVar(&a.witnessTTL, "witness-ttl", 3*time.Second, "with --postgres: a member cut off from its leader and from Postgres paces locally\nat most this long after its last heartbeat (`DURATION`); a dead member's\nfraction returns once Postgres has missed its heartbeats")
+	f.BoolVar(&a.unsafeReclaim, "unsafe-reclaim-without-fence", false, "UNSAFE, TESTS ONLY: the leader takes a silent member's fraction back without fencing it in Postgres (breaks the ceiling)")
 	f.BoolVar(&a.unsafeFallbackFull, "unsafe-fallback-full-rate", false, "UNSAFE, TESTS ONLY: fallback paces at the full rate, not the node's fraction (breaks the ceiling)")
 	f.BoolVar(&a.unsafeFreshStart, "unsafe-fresh-start", false, "UNSAFE, TESTS ONLY: a new leader ignores inherited horizons (breaks the ceiling)")
 	f.BoolVar(&a.unsafeSpendExpired, "unsafe-spend-expired", false, "UNSAFE, TESTS ONLY: leased slots are spent after their use-by (breaks the ceiling)")
 	f.withEnv("node-id", "data-dir", "bind", "advertise", "gossip-bind", "gossip-advertise", "bootstrap-expect",
 		"join", "http", "cluster-name", "voters", "horizon-ahead", "raft-timing", "log-format", "log-level",
 		"ready-file", "load-mode", "no-leases", "lease-span", "use-grace",
-		"share-ttl", "fallback-for", "reap-margin", "postgres", "postgres-schema")
+		"share-ttl", "fallback-for", "reap-margin", "postgres", "postgres-schema",
+		"leave-on-terminate", "failed-server-after", "witness-ttl")
 	f.env["postgres"] = "RAFTPACE_POSTGRES_URL" // the name operators know from libpq-style setups
 	a.agentSecurity.register(f)
 	f.about += securityAbout
@@ -361,14 +384,17 @@ func (a *agentConfig) validate() (node.Config, []loadSpec, error) {
 		PostgresSchema:      a.postgresSchema,
 		FallbackFor:         a.fallbackFor,
 		ReapMargin:          a.reapMargin,
+		FailedServerAfter:   a.failedServerAfter,
+		WitnessTTL:          a.witnessTTL,
 		TLSCAFile:           a.tlsCA,
 		TLSCertFile:         a.tlsCert,
 		TLSKeyFile:          a.tlsKey,
 		GossipKeyFile:       a.gossipKeyFile,
 		Unsafe: node.Unsafe{
-			FreshStart:       a.unsafeFreshStart,
-			SpendExpired:     a.unsafeSpendExpired,
-			FallbackFullRate: a.unsafeFallbackFull,
+			FreshStart:          a.unsafeFreshStart,
+			SpendExpired:        a.unsafeSpendExpired,
+			FallbackFullRate:    a.unsafeFallbackFull,
+			ReclaimWithoutFence: a.unsafeReclaim,
 		},
 	}, specs, nil
 }
@@ -580,9 +606,15 @@ func (c *cli) agent(name string, args []string) error {
 	}
 
 	var result error
+	leave := false
 	select {
 	case <-c.ctx.Done():
-		log.Info("signal received; shutting down (without leaving the cluster)")
+		if a.leaveOnTerminate {
+			log.Info("signal received; leaving the cluster, then shutting down")
+			leave = true
+		} else {
+			log.Info("signal received; shutting down without leaving the cluster (--leave-on-terminate=false)")
+		}
 	case err := <-left:
 		if err != nil {
 			log.Error("leave failed; shutting down without having left", "err", err)
@@ -595,6 +627,20 @@ func (c *cli) agent(name string, args []string) error {
 		result = fmt.Errorf("agent: admin API: %w", err)
 	}
 	stopLoad()
+	if leave {
+		// Leave stops admitting first; the load sees ErrClosed and ends.
+		// Bounded well inside the usual grace before SIGKILL (Kubernetes:
+		// 30 s; systemd: 90 s).
+		lctx, cancel := context.WithTimeout(context.Background(), agentLeaveTimeout)
+		err := n.Leave(lctx)
+		cancel()
+		switch {
+		case errors.Is(err, node.ErrLastVoter):
+			log.Info("the cluster's last voter: stopping without leaving (its raft state stays in the data dir)")
+		case err != nil:
+			log.Error("could not leave the cluster; stopping without having left (the leader removes this member once it stops answering)", "err", err)
+		}
+	}
 	if gateWait != nil {
 		if err := gateWait(); err != nil {
 			result = errors.Join(result, fmt.Errorf("agent: --slot-log: %w", err))
@@ -621,6 +667,9 @@ func (c *cli) agent(name string, args []string) error {
 	log.Info("stopped")
 	return result
 }
+
+// agentLeaveTimeout bounds the leave on SIGTERM.
+const agentLeaveTimeout = 10 * time.Second
 
 func (c *cli) shutdownHTTP(srv *http.Server, log *slog.Logger) {
 	if srv == nil {
