@@ -278,12 +278,19 @@ func cutFromRaft(t *testing.T, id string, cut time.Duration, unsafe bool) {
 		// at 41 s), and the leader keeps the majority's two thirds.
 		own.least, own.every, own.nonzero = 0.7, 10*time.Second, true
 		fleet.least, fleet.every = recoverFrac, 10*time.Second
+		// Back in raft, the member's third stays with the pool until the
+		// pool's grants that counted it have run out (its last
+		// registration + 3 s + 1 s + UseGrace, node/DESIGN.md): about
+		// 2/3 R for some 4-5 s after the heal, by design. Judged from 6 s
+		// after the heal.
 		s.settled(20 * time.Second)
-		healed = churnPhase{label: "healed", at: t1, from: t1.Add(3 * time.Second), least: recoverFrac}
-		sleepUntil(t1.Add(8 * time.Second))
+		healed = churnPhase{label: "healed +6 s", at: t1, from: t1.Add(6 * time.Second), to: t1.Add(12 * time.Second), least: recoverFrac}
+		sleepUntil(t1.Add(12 * time.Second))
 	} else {
-		healed = churnPhase{label: "healed", at: t1, from: t1.Add(3 * time.Second)}
-		sleepUntil(t1.Add(4 * time.Second))
+		// Measured, not judged: the twin only has to be caught.
+		fleet.label = "fleet cut (4/3 R if unfenced)"
+		healed = churnPhase{label: "healed", at: t1, from: t1.Add(2 * time.Second)}
+		sleepUntil(t1.Add(5 * time.Second))
 	}
 	r := s.churnFinish(fmt.Sprintf("cut a follower from raft and gossip, not from Postgres, for %v", cut), []churnPhase{own, fleet, healed})
 	if unsafe {
@@ -297,9 +304,9 @@ func cutFromRaft(t *testing.T, id string, cut time.Duration, unsafe bool) {
 // 90 s (three times --fallback-for 30 s, past ReapAfter 41 s): its own
 // timeline admits at least 70% of R/3 in every 10 s window and something
 // in every 1 s window from 3 s after the cut to the heal; the fleet admits
-// at least 90% of R in every 10 s window of the cut and after the heal
-// (from 3 s on); the cluster settles with the member back; the ceiling
-// holds.
+// at least 90% of R in every 10 s window of the cut, and from 6 s to 12 s
+// after the heal (the pool's reach first runs out); the cluster settles
+// with the member back; the ceiling holds.
 func TestChurn_CutFromRaftNotPostgres(t *testing.T) {
 	cutFromRaft(t, "churn-f", 90*time.Second, false)
 }
