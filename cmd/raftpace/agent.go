@@ -446,6 +446,12 @@ func writeFileAtomic(path string, data []byte) error {
 	return os.Rename(tmp.Name(), path)
 }
 
+// within reports whether path is dir or lies inside it (lexically).
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(filepath.Clean(dir), filepath.Clean(path))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
 // checkWritableDir checks that a file can be created in dir, as
 // writeFileAtomic will.
 func checkWritableDir(dir string) error {
@@ -516,9 +522,12 @@ func (c *cli) agent(name string, args []string) error {
 			return fmt.Errorf("agent: --ready-file: %w", err)
 		}
 		// Fail now, not after the node has joined the cluster, when the
-		// file could not be written.
-		if err := checkWritableDir(filepath.Dir(a.readyFile)); err != nil {
-			return fmt.Errorf("agent: --ready-file: %w", err)
+		// file could not be written. The node makes --data-dir and its
+		// parents: a directory among them need not exist yet.
+		if dir := filepath.Dir(a.readyFile); !within(dir, a.dataDir) && !within(a.dataDir, dir) {
+			if err := checkWritableDir(dir); err != nil {
+				return fmt.Errorf("agent: --ready-file: %w", err)
+			}
 		}
 	}
 	tl, err := a.openTimeline(cfg.NodeID)
