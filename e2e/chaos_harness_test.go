@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -170,9 +169,6 @@ func (s *scenario) startNode(k, expect int) *agent {
 	s.t.Helper()
 	id := fmt.Sprintf("n%d", k)
 	a := s.c.newAgent(id, nil)
-	if err := os.MkdirAll(filepath.Dir(a.dataDir), 0o755); err != nil { // the agent checks --ready-file's dir (ready.json beside the data dir) before it creates the data dir
-		s.t.Fatal(err)
-	}
 	ip := nodeIP(k)
 	a.addrs = ready{Addr: ip + ":7400", GossipAddr: ip + ":7401", HTTPAddr: ip + ":7402"}
 	a.args = []string{"--log-level", "info", "--load", s.o.load, "--timeline", a.timeline}
