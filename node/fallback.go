@@ -85,6 +85,8 @@ type fallback struct {
 	lastTry   int64 // last attempt to (re)join the pool from local pacing
 	fraction  func() float64
 	announced Mode
+	// joining counts JoinPool calls in flight (tendPool).
+	joining int
 	// slots granted in fallback from this node's fraction of each cap
 	// (slots.go); slotEnd is when the last of them ends.
 	slots   map[string]localSlot
@@ -216,12 +218,13 @@ func (fb *fallback) renew() shareAnswer {
 	now := fb.n.now()
 	var busy int64
 	if m := Mode(fb.mode.Load()); m != ModeRaft || now >= fb.promiseAt() {
-		end := max(fb.lastSlot+int64(fb.n.cfg.UseGrace), fb.poolUntil, fb.slotEnd)
+		poolEnd := fb.poolUntil
+		if m == ModePooled {
+			poolEnd = fb.leavePoolNow(poolEnd)
+		}
+		end := max(fb.lastSlot+int64(fb.n.cfg.UseGrace), poolEnd, fb.slotEnd)
 		if end > now {
 			busy = end - now
-		}
-		if m == ModePooled {
-			fb.leavePoolAsync()
 		}
 		fb.pending = false
 	}
@@ -422,16 +425,21 @@ func (fb *fallback) tendPool(ctx context.Context) {
 		return // local slots still in use: join at a later tick
 	}
 	due := fb.pending || (m == ModePooled && now > fb.poolUntil-int64(poolMaxWait)-int64(fb.n.cfg.UseGrace)-int64(poolTTL)*2/3)
-	fb.mu.Unlock()
 	if !due || !fb.poolable(m) {
+		fb.mu.Unlock()
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	// Counted under the lock that decided it, so a renewal that leaves
+	// the pool meanwhile knows this join may register again (leavePoolNow).
+	fb.joining++
+	fb.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
 	err := fb.n.pg.joinPool(cctx, fb.n.cfg.NodeID, fb.fraction())
 	recv := fb.n.now()
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
+	fb.joining--
 	m = Mode(fb.mode.Load())
 	if !fb.poolable(m) {
 		return // a renewal or the budget moved it meanwhile
@@ -528,6 +536,36 @@ func (fb *fallback) reservePooled(key string, lim fsm.Limit, count int, maxWait 
 	fb.mu.Unlock()
 	at := fb.n.epoch.Add(time.Duration(recv) + wait)
 	return Reservation{At: at, UseBy: fb.n.epoch.Add(time.Duration(sent) + wait + fb.n.cfg.UseGrace)}, nil
+}
+
+// joinTimeout bounds one JoinPool call (and so how long after it was sent
+// a registration it makes can start).
+const joinTimeout = time.Second
+
+// leavePoolNow leaves the pool on the way back to raft and returns when
+// the pool's grants that counted this node's fraction end (node clock):
+// LeavePool deletes the registration after every reservation that counted
+// it, and reports how far the pool's cursors reach, so they end by its
+// answer plus that plus UseGrace, usually well before the registration's
+// TTL (fallback returns otherwise: ttlEnd). The caller holds fb.mu; the
+// call is bounded by a sixth of ShareTTL, inside the leader's wait for the
+// renewal answer. A JoinPool in flight could register again after the
+// delete: then the TTL rule stands, from the latest such registration.
+func (fb *fallback) leavePoolNow(ttlEnd int64) int64 {
+	n := fb.n
+	if fb.joining > 0 {
+		fb.leavePoolAsync()
+		return max(ttlEnd, n.now()+int64(joinTimeout+poolTTL+poolMaxWait+n.cfg.UseGrace))
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ShareTTL/6)
+	defer cancel()
+	busy, err := n.pg.leavePoolBusy(ctx, n.cfg.NodeID)
+	if err != nil {
+		n.log.Debug("leave pool", "err", err)
+		fb.leavePoolAsync()
+		return ttlEnd
+	}
+	return n.now() + int64(busy+n.cfg.UseGrace)
 }
 
 // leavePoolAsync removes the registration (best effort: it expires anyway).

@@ -299,6 +299,18 @@ func (p *pgLink) leavePool(ctx context.Context, id string) error {
 	return err
 }
 
+// leavePoolBusy leaves the pool and returns how far the pool's cursors
+// reach past the answer (see pgstore.Store.LeavePool).
+func (p *pgLink) leavePoolBusy(ctx context.Context, id string) (time.Duration, error) {
+	s, err := p.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	busy, err := s.LeavePool(ctx, id)
+	p.note(err)
+	return busy, err
+}
+
 func (p *pgLink) reservePooled(ctx context.Context, key string, lim fsm.Limit, count int, maxWait time.Duration) (time.Duration, error) {
 	s, err := p.get(ctx)
 	if err != nil {
