@@ -206,11 +206,15 @@ func (g *gossip) MergeRemoteState(buf []byte, join bool)     {}
 // The node's State field is not to be trusted here: memberlist (v0.5.4)
 // keeps the live state in its own nodeState and hands out the embedded Node,
 // whose State it never updates. The event itself says what happened.
-func (g *gossip) NotifyJoin(node *memberlist.Node)   { g.observe(node, true) }
-func (g *gossip) NotifyLeave(node *memberlist.Node)  { g.observe(node, false) }
-func (g *gossip) NotifyUpdate(node *memberlist.Node) { g.observe(node, true) }
+func (g *gossip) NotifyJoin(node *memberlist.Node)   { g.observe(node, true, true) }
+func (g *gossip) NotifyLeave(node *memberlist.Node)  { g.observe(node, false, false) }
+func (g *gossip) NotifyUpdate(node *memberlist.Node) { g.observe(node, true, false) }
 
-func (g *gossip) observe(node *memberlist.Node, alive bool) {
+// observe records a member's gossip state. A join (a new incarnation, such
+// as a node restarted after it left) ends its departed tombstone, as does
+// its leave: the tombstone only guards the time between the leader removing
+// it from raft and gossip hearing that it left.
+func (g *gossip) observe(node *memberlist.Node, alive, joined bool) {
 	var m meta
 	if len(node.Meta) > 0 {
 		if err := json.Unmarshal(node.Meta, &m); err != nil {
@@ -219,7 +223,7 @@ func (g *gossip) observe(node *memberlist.Node, alive bool) {
 		}
 	}
 	g.mu.Lock()
-	if !alive {
+	if !alive || joined {
 		delete(g.departed, node.Name)
 	}
 	g.members[node.Name] = gossipMember{
@@ -233,9 +237,14 @@ func (g *gossip) observe(node *memberlist.Node, alive bool) {
 	g.kickNow()
 }
 
+// markDeparted tombstones id, removed from raft at its own request, while
+// gossip still says it is alive (a member that announced its leave in
+// gossip first needs none: nothing re-adds a member gossip calls gone).
 func (g *gossip) markDeparted(id string) {
 	g.mu.Lock()
-	g.departed[id] = true
+	if m, ok := g.members[id]; ok && m.alive {
+		g.departed[id] = true
+	}
 	g.mu.Unlock()
 }
 

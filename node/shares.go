@@ -98,6 +98,13 @@ func (s *shares) setMembersLocked(members []fsm.Member) {
 			s.by[m.ID] = &shareState{lastAck: s.now(), reported: m.Fraction}
 		}
 	}
+	// A forgotten member's state goes with it: if the same id joins again
+	// (restarted after it left) it starts afresh, not released.
+	for id := range s.by {
+		if _, ok := s.fracs[id]; !ok {
+			delete(s.by, id)
+		}
+	}
 	s.cache.valid = false
 }
 
