@@ -123,7 +123,9 @@ func (n *Node) leaveLocal(req removeServerReq) (uint64, error) {
 // from now plus its busy time, and it leaves raft. reclaim forgets it once
 // the busy time has passed.
 func (n *Node) departed(req removeServerReq) (uint64, error) {
-	if n.raft.State() != raft.Leader {
+	if n.raft.State() != raft.Leader || !n.pacer.isLeading() {
+		// Not leading yet (a leader just handed over to this node): the
+		// release must not be lost, so the member asks again.
 		return 0, errNotLeader
 	}
 	n.shares.release(req.ID, n.now()+int64(req.Busy))

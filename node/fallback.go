@@ -102,6 +102,8 @@ type fallback struct {
 	// heartbeat loop only.
 	licence atomic.Int64
 	fenced  atomic.Bool
+	// renewedOnce: a leader renewed this node's share since it started.
+	renewedOnce atomic.Bool
 }
 
 type localSlot struct {
@@ -111,7 +113,16 @@ type localSlot struct {
 
 func newFallback(n *Node) *fallback {
 	fb := &fallback{n: n, keys: make(map[string]int64)}
-	fb.fraction = func() float64 { return n.ownFraction() }
+	// A node spends a fallback fraction only once a leader has renewed its
+	// share since it started: the fraction in a restarted node's data dir
+	// may be one it handed back (it left, or was reaped or fenced, and the
+	// leader already shares it out) and has not yet seen taken away.
+	fb.fraction = func() float64 {
+		if !fb.renewedOnce.Load() {
+			return 0
+		}
+		return n.ownFraction()
+	}
 	if n.cfg.Unsafe.FallbackFullRate {
 		fb.fraction = func() float64 { return 1 }
 	}
@@ -229,6 +240,7 @@ func (fb *fallback) renew() shareAnswer {
 		fb.pending = false
 	}
 	fb.promise.Store(now + int64(fb.n.cfg.ShareTTL))
+	fb.renewedOnce.Store(true)
 	if !fb.departed {
 		fb.mode.Store(int32(ModeRaft))
 		if fb.announced != ModeRaft {
