@@ -90,7 +90,7 @@ func (n *Node) Leave(ctx context.Context) error {
 		// The busy time runs from now, not from when depart measured it:
 		// sending it later only makes the leader wait longer.
 		_, err := n.indexOnLeader(ctx, "leave", rpcRemoveServer, req.encode(),
-			func() (uint64, error) { return n.leaveLocal(req) })
+			func() (uint64, error) { return n.departed(req) })
 		return err
 	})
 	if err != nil && strings.Contains(err.Error(), "need at least one voter") {
@@ -112,13 +112,6 @@ func (n *Node) Leave(ctx context.Context) error {
 	return n.Close()
 }
 
-// leaveLocal takes the departure of this node while it (still) leads: a
-// hand-over failed. Raft lets a leader remove itself; it steps down after.
-func (n *Node) leaveLocal(req removeServerReq) (uint64, error) {
-	n.shares.release(req.ID, n.now()+int64(req.Busy))
-	return n.removeServer(req.ID)
-}
-
 // departed takes a member's departure on the leader: its fraction counts
 // from now plus its busy time, and it leaves raft. reclaim forgets it once
 // the busy time has passed.
@@ -128,9 +121,37 @@ func (n *Node) departed(req removeServerReq) (uint64, error) {
 		// release must not be lost, so the member asks again.
 		return 0, errNotLeader
 	}
+	if req.ID == n.cfg.NodeID {
+		return n.departSelf(req.Busy)
+	}
 	n.shares.release(req.ID, n.now()+int64(req.Busy))
 	n.log.Info("member leaving: its fraction comes back", "member", req.ID, "in", req.Busy)
 	return n.removeServer(req.ID)
+}
+
+// departSelf takes this leader's own departure (its hand-over failed).
+// A release is leader-local state and would die with this leadership,
+// leaving the successor to reap the fraction, so the departure is
+// committed as a fact instead: once its busy time has passed the member is
+// forgotten, then it leaves raft (raft lets a leader remove itself; it
+// steps down after).
+func (n *Node) departSelf(busy time.Duration) (uint64, error) {
+	if busy > 0 {
+		select {
+		case <-time.After(busy):
+		case <-n.ctx.Done():
+			return 0, ErrClosed
+		}
+	}
+	// Held until it is out of raft too: syncMembers would otherwise add it
+	// back to the list, a ghost for the successor to reap.
+	n.memberWrites.Lock()
+	defer n.memberWrites.Unlock()
+	if _, err := n.commit(&fsm.RemoveMember{ID: n.cfg.NodeID}, 5*time.Second); err != nil {
+		return 0, err
+	}
+	n.log.Info("leaving while leading: forgotten, its fraction is shared out", "member", n.cfg.NodeID)
+	return n.removeServer(n.cfg.NodeID)
 }
 
 // handOver gives leadership away without a pause in grants: the pacer stops
@@ -263,6 +284,8 @@ func (n *Node) forgetReleased() {
 	if len(ids) == 0 {
 		return
 	}
+	n.memberWrites.Lock()
+	defer n.memberWrites.Unlock()
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return

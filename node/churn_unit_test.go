@@ -85,6 +85,32 @@ func TestShares_ReleaseCountsFromItsTime(t *testing.T) {
 	}
 }
 
+// A leaving member's answer to a renewal that crossed its leave request
+// keeps the release: the leader counts its fraction and forgets it. (The
+// rolling-replace churn tests lost a leaving leader's fraction this way:
+// the successor's first renewal round reached it after the leave.)
+func TestShares_DepartingAnswerKeepsTheRelease(t *testing.T) {
+	clk := &fakeClock{t: int64(time.Second)}
+	s := newShares(clk.now, time.Second)
+	s.lead(threeMembers())
+	q := clk.now()
+	s.release("c", clk.now())
+	clk.add(10 * time.Millisecond)
+	s.renewed("c", q, clk.now(), shareAnswer{Fraction: 1.0 / 3, Departing: true})
+	if !s.isReleased("c") {
+		t.Fatal("a departing member's renewal answer undid its release")
+	}
+	if got := s.released(clk.now()); len(got) != 1 || got[0] != "c" {
+		t.Fatalf("released = %v, want [c]", got)
+	}
+	// The same answer from a member that is not leaving clears it (it was
+	// fenced or reaped and is alive).
+	s.renewed("c", clk.now(), clk.now(), shareAnswer{Fraction: 1.0 / 3})
+	if s.isReleased("c") {
+		t.Fatal("a staying member's renewal answer did not clear its release")
+	}
+}
+
 // overdue lists silent members whose share lapsed, never released ones,
 // never the leader itself.
 func TestShares_OverdueSkipsReleasedAndSelf(t *testing.T) {

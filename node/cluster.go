@@ -599,6 +599,8 @@ func (n *Node) passesCheck(id, addr string) bool {
 // syncMembers adds every server of raft's configuration to the replicated
 // member list (and follows address changes).
 func (n *Node) syncMembers() error {
+	n.memberWrites.Lock()
+	defer n.memberWrites.Unlock()
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err

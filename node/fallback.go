@@ -249,7 +249,7 @@ func (fb *fallback) renew() shareAnswer {
 	}
 	// Report the committed fraction: the leader counts an unheld member at
 	// the larger of committed and reported.
-	return shareAnswer{Applied: fb.n.state.AppliedIndex(), Fraction: fb.n.ownFraction(), Busy: time.Duration(busy), Fenced: fb.fenced.Load()}
+	return shareAnswer{Applied: fb.n.state.AppliedIndex(), Fraction: fb.n.ownFraction(), Busy: time.Duration(busy), Fenced: fb.fenced.Load(), Departing: fb.departed}
 }
 
 // depart stops this node's fallback for good (it is leaving the cluster)

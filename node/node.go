@@ -37,6 +37,13 @@ type Node struct {
 	leases   *leaseCache
 	shares   *shares
 	fallback *fallback
+	// memberWrites serialises the leader's writers of the replicated member
+	// list (syncMembers, balanceFractions, forgetReleased, departSelf).
+	// Each reads the list and commits a change computed from it; two
+	// interleaved would commit from a stale read (a fraction rebalance
+	// read before a member was forgotten put it back, its fraction
+	// reserved for good: the rolling-replace churn tests caught it).
+	memberWrites sync.Mutex
 	// fractionIndex is the raft index of the last fraction shrink: growth
 	// waits until every member has applied it.
 	fractionIndex atomic.Uint64

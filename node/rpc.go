@@ -79,6 +79,11 @@ type shareAnswer struct {
 	// Fenced: the witness (Postgres) says a leader fenced this member; the
 	// leader that now holds its share lifts the fence.
 	Fenced bool
+	// Departing: the member is leaving (Leave) and spends no fallback any
+	// more. Its answer must not undo a release the leader recorded for its
+	// departure: a renewal crossing the leave request would otherwise keep
+	// its fraction reserved until it is reaped.
+	Departing bool
 }
 
 type leaseReq struct {
@@ -426,13 +431,14 @@ func (m shareAnswer) encode() []byte {
 	b = binary.AppendUvarint(b, m.Applied)
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(m.Fraction))
 	b = binary.AppendVarint(b, int64(m.Busy))
-	return appendBool(b, m.Fenced)
+	b = appendBool(b, m.Fenced)
+	return appendBool(b, m.Departing)
 }
 
 func decodeShareAnswer(b []byte) (shareAnswer, error) {
 	r := reader{b: b}
 	r.start()
-	m := shareAnswer{Applied: r.uvarint(), Fraction: r.float64(), Busy: time.Duration(r.varint()), Fenced: r.bool()}
+	m := shareAnswer{Applied: r.uvarint(), Fraction: r.float64(), Busy: time.Duration(r.varint()), Fenced: r.bool(), Departing: r.bool()}
 	if err := r.done(); err != nil {
 		return shareAnswer{}, err
 	}

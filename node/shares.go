@@ -126,7 +126,11 @@ func (s *shares) renewed(id string, q, r int64, a shareAnswer) {
 		st.heldFrom = r + int64(a.Busy)
 	}
 	st.heldUntil = max(st.heldUntil, q+s.ttl)
-	st.releasedFrom = 0 // it answers again: held as any member
+	if !a.Departing {
+		// A fenced or reaped member that answers again is held as any
+		// member; a leaving one stays released.
+		st.releasedFrom = 0
+	}
 	st.lastAck = max(st.lastAck, q)
 	st.reported = a.Fraction
 	st.applied = a.Applied
@@ -408,6 +412,8 @@ func (n *Node) callShare(ctx context.Context, addr string) (shareAnswer, error) 
 // says so in its renewal answers), so no member can believe a fraction
 // larger than its share of 1 while another's grows.
 func (n *Node) balanceFractions() error {
+	n.memberWrites.Lock()
+	defer n.memberWrites.Unlock()
 	members := n.state.Members()
 	if len(members) == 0 {
 		return nil
