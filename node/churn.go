@@ -298,6 +298,9 @@ func (n *Node) forgetReleased() {
 		if id == n.cfg.NodeID {
 			continue
 		}
+		if !n.shares.isReleased(id) {
+			continue // rejoined meanwhile (a new incarnation)
+		}
 		if inRaft[id] {
 			if _, err := n.removeServer(id); err != nil {
 				n.log.Warn("removing a released member from raft", "member", id, "err", err)

@@ -103,6 +103,13 @@ func TestShares_DepartingAnswerKeepsTheRelease(t *testing.T) {
 	if got := s.released(clk.now()); len(got) != 1 || got[0] != "c" {
 		t.Fatalf("released = %v, want [c]", got)
 	}
+	// A new incarnation joining gossip under the same id ends the release
+	// too: reclaim must not remove it from raft again.
+	s.release("b", clk.now())
+	s.rejoined("b")
+	if s.isReleased("b") {
+		t.Fatal("a rejoined member is still released")
+	}
 	// The same answer from a member that is not leaving clears it (it was
 	// fenced or reaped and is alive).
 	s.renewed("c", clk.now(), clk.now(), shareAnswer{Fraction: 1.0 / 3})

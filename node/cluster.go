@@ -222,6 +222,11 @@ func (g *gossip) observe(node *memberlist.Node, alive, joined bool) {
 			return
 		}
 	}
+	if joined {
+		// A new incarnation: whatever the leader released for the old one
+		// (it left, or was fenced) must not remove the new one again.
+		g.n.shares.rejoined(node.Name)
+	}
 	g.mu.Lock()
 	if !alive || joined {
 		delete(g.departed, node.Name)

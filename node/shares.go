@@ -261,6 +261,20 @@ func (s *shares) release(id string, from int64) {
 	s.cache.valid = false
 }
 
+// rejoined drops the release of member id: a new incarnation of it joined
+// (a node restarted under the same id after it left). It spends no
+// fallback before a leader renews it, and until then the leader counts its
+// fraction only by the holder rule (less, never more). Left in place, the
+// release would make reclaim remove the new incarnation from raft.
+func (s *shares) rejoined(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.by[id]; st != nil && st.releasedFrom != 0 {
+		st.releasedFrom = 0
+		s.cache.valid = false
+	}
+}
+
 // released lists the members whose fraction has been given back by now:
 // they may be forgotten (removed from the replicated member list).
 func (s *shares) released(now int64) []string {
