@@ -167,6 +167,15 @@ func (s *shares) fraction(a, b int64) float64 {
 		unheld += f
 		if st != nil && st.heldFrom > a {
 			until = min(until, st.heldFrom) // may be held later
+		} else if st != nil && st.heldUntil > st.heldFrom {
+			// Held once, but not for the whole of [a, b]: unheld for
+			// every interval that starts at or after heldUntil. One that
+			// starts earlier and ends before it is held, so the value may
+			// not be cached for it. (It was: one slow key asking for a
+			// slot past the last renewal's reach cached F = 0 for every
+			// interval, and every key's leases stopped until the next
+			// renewal.)
+			from = max(from, st.heldUntil)
 		}
 		if st != nil && st.releasedFrom > a {
 			until = min(until, st.releasedFrom) // released later
