@@ -43,9 +43,11 @@ type keyLease struct {
 
 type heldLease struct {
 	lease
-	sent, arrived int64 // node clock: request sent, answer arrived
-	next          int   // next slot to serve
-	expired       int   // slots skipped because their use-by passed
+	// node clock: request sent (plus the time the leader held it), answer
+	// arrived
+	sent, arrived int64
+	next          int // next slot to serve
+	expired       int // slots skipped because their use-by passed
 }
 
 // leaseFetch is one lease request in flight; waiters block on done.
@@ -252,15 +254,20 @@ func (c *leaseCache) startFetch(kl *keyLease, key string, maxWait time.Duration)
 		sent := n.now()
 		l, err := n.fetchLease(ctx, key, want, maxWait)
 		arrived := n.now()
-		if err == nil && arrived-sent > int64(n.cfg.UseGrace) {
+		// The leader granted at least l.Held after sent (it may hold a
+		// request for a horizon or for its share): the slots' use-by
+		// counts from there, and only the rest of the round trip is
+		// transit.
+		from := sent + min(l.Held, arrived-sent)
+		if err == nil && arrived-from > int64(n.cfg.UseGrace) {
 			// Every slot's use-by passed in transit: drop the lease.
 			n.stats.lateGrants.Add(1)
-			n.log.Warn("lease arrived too late to use; asking again", "key", key, "round_trip", time.Duration(arrived-sent))
+			n.log.Warn("lease arrived too late to use; asking again", "key", key, "round_trip", time.Duration(arrived-sent), "held_by_leader", time.Duration(l.Held))
 			err = fmt.Errorf("%w: lease arrived after %v", errRetry, time.Duration(arrived-sent))
 		}
 		kl.mu.Lock()
 		if err == nil {
-			kl.install(l, sent, arrived)
+			kl.install(l, from, arrived)
 			n.stats.leases.Add(1)
 			n.stats.leasedSlots.Add(uint64(l.Count))
 		}

@@ -143,6 +143,7 @@ func (n *Node) start() error {
 	n.leases = newLeaseCache(n)
 	n.shares = newShares(n.now, cfg.ShareTTL)
 	n.pacer.share = n.shares.fraction
+	n.pacer.shareChanged = n.shares.changes
 	n.fallback = newFallback(n)
 	n.fsm.onMembers = func() { n.shares.setMembers(n.state.Members()) }
 	n.fsm.onLimit = n.pacer.setLimit
@@ -532,17 +533,19 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 			return Reservation{}, fmt.Errorf("node: reserve %q: %w within max wait %v: %w", key, ErrNoLeader, maxWait, lastErr)
 		}
 		sent := time.Now()
-		wait, err := n.pacer.reserve(ctx, n.ctx.Done(), key, count, remaining)
+		wait, held, err := n.pacer.reserve(ctx, n.ctx.Done(), key, count, remaining)
 		if errors.Is(err, errNotLeader) {
 			sent = time.Now()
-			wait, err = n.forwardReserve(ctx, key, count, remaining)
+			wait, held, err = n.forwardReserve(ctx, key, count, remaining)
 		}
 		if err == nil {
 			// The leader meant the slot for (its grant time + wait), and its
-			// grant time is after sent; here it can only be placed from
-			// arrival, so it may be up to the round trip late.
+			// grant time is at least held after sent; here it can only be
+			// placed from arrival, so it may be up to the network's part of
+			// the round trip late.
 			arrived := time.Now()
-			r := Reservation{At: arrived.Add(wait), UseBy: sent.Add(wait + n.cfg.UseGrace)}
+			held = min(held, arrived.Sub(sent))
+			r := Reservation{At: arrived.Add(wait), UseBy: sent.Add(held + wait + n.cfg.UseGrace)}
 			if !r.UseBy.Before(r.At) {
 				return r, nil
 			}
@@ -585,11 +588,11 @@ func retryable(err error) bool {
 	return errors.Is(err, errRetry) || errors.Is(err, errNotLeader) || errors.Is(err, errNoShare)
 }
 
-func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWait time.Duration) (time.Duration, error) {
+func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWait time.Duration) (wait, held time.Duration, err error) {
 	addr, _ := n.raft.LeaderWithID()
 	if addr == "" || string(addr) == n.Addr() {
 		// No leader, or this node won but has not passed its barrier yet.
-		return 0, errRetry
+		return 0, 0, errRetry
 	}
 	n.stats.forwarded.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, leaderCallTimeout(maxWait))
@@ -597,30 +600,30 @@ func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWai
 	raw, err := n.trans.Call(cctx, string(addr), rpcReserve, reserveReq{Key: key, Count: count, MaxWait: maxWait}.encode())
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0, fmt.Errorf("node: reserve %q: %w", key, ctx.Err())
+			return 0, 0, fmt.Errorf("node: reserve %q: %w", key, ctx.Err())
 		}
-		return 0, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
+		return 0, 0, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
 	}
 	resp, err := decodeReserveResp(raw)
 	if err != nil {
-		return 0, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
+		return 0, 0, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
 	}
 	if resp.Code == codeLimitExceeded {
-		return 0, &LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
+		return 0, 0, &LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
 	}
 	if resp.Code == codePaused {
-		return 0, n.leaderPaused(key, resp.Wait)
+		return 0, 0, n.leaderPaused(key, resp.Wait)
 	}
 	if err := errFor(resp.Code, resp.Msg); err != nil {
 		if errors.Is(err, errNotLeader) {
-			return 0, err
+			return 0, 0, err
 		}
 		if resp.Code == codeUnavailable {
-			return 0, fmt.Errorf("%w: %w", errRetry, err)
+			return 0, 0, fmt.Errorf("%w: %w", errRetry, err)
 		}
-		return 0, fmt.Errorf("node: reserve %q: %w", key, err)
+		return 0, 0, fmt.Errorf("node: reserve %q: %w", key, err)
 	}
-	return resp.Wait, nil
+	return resp.Wait, resp.Held, nil
 }
 
 // SetLimit commits the limit for key. When it returns, reads of the limit on
@@ -736,12 +739,12 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		}
 		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
 		defer cancel()
-		wait, err := n.pacer.reserve(ctx, n.ctx.Done(), m.Key, m.Count, m.MaxWait)
+		wait, held, err := n.pacer.reserve(ctx, n.ctx.Done(), m.Key, m.Count, m.MaxWait)
 		var le *LimitExceededError
 		if errors.As(err, &le) {
 			return reserveResp{Code: codeLimitExceeded, Wait: le.Wait, Msg: errMsg(err)}.encode(), nil
 		}
-		return reserveResp{Code: codeFor(err), Wait: wait, Msg: errMsg(err)}.encode(), nil
+		return reserveResp{Code: codeFor(err), Wait: wait, Held: held, Msg: errMsg(err)}.encode(), nil
 	case rpcLease:
 		m, err := decodeLeaseReq(req)
 		if err == nil {

@@ -18,8 +18,15 @@ import (
 var errNotLeader = errors.New("node: not the leader")
 
 // errNoShare: the leader holds no part of the rate for the slots asked
-// (no share renewed yet); the caller retries.
+// (no share renewed yet, or not that far ahead); the caller retries.
 var errNoShare = errors.New("node: leader holds no share of the rate yet")
+
+// maxHold bounds how long the pacer holds one request waiting for a horizon
+// or for its share to reach the slots asked; then it answers "retry". It
+// is below every caller's own bound on a call to the leader
+// (leaderCallTimeout: 500ms more), so a slot is never granted to a caller
+// that already gave up on it.
+const maxHold = time.Second
 
 // scaled returns the key's GCRA parameters for slots in [a, b]: the rate
 // and burst scaled by the fraction F the leader holds there.
@@ -34,8 +41,14 @@ func (p *pacer) scaled(ks *keyState, a, b int64) (gcra.Params, bool) {
 	if F >= 1 {
 		return ks.params, true
 	}
+	interval := math.Ceil(float64(ks.params.Interval) / F)
+	if interval > float64(fsm.MaxHorizonAhead) {
+		// A sliver of the rate: no slot of it fits any horizon (and the
+		// interval would overflow int64 as F nears 0).
+		return gcra.Params{}, false
+	}
 	burst := max(1, int(math.Floor(F*float64(ks.limit.Burst))))
-	return gcra.NewParams(int64(math.Ceil(float64(ks.params.Interval)/F)), burst), true
+	return gcra.NewParams(int64(interval), burst), true
 }
 
 // maxExtendBatch bounds the keys one horizon entry carries.
@@ -56,9 +69,12 @@ type pacer struct {
 	fresh bool  // Unsafe.FreshStart: see Config
 	// share is F for slots in [a, b]: the part of each key's rate this
 	// leader may grant (see shares). nil means 1.
-	share   func(a, b int64) float64
-	tracked func(key string) (int64, bool) // the fsm adapter's local horizons
-	limits  func() map[string]fsm.Limit
+	share func(a, b int64) float64
+	// shareChanged returns a channel closed at the next change of the
+	// shares (a renewal moves their reach forward); nil: they never change.
+	shareChanged func() <-chan struct{}
+	tracked      func(key string) (int64, bool) // the fsm adapter's local horizons
+	limits       func() map[string]fsm.Limit
 	// granted is told of every grant (outside mu), for the history.
 	granted func(key string, count int)
 
@@ -102,6 +118,55 @@ func (p *pacer) kickExtender() {
 	case p.kick <- struct{}{}:
 	default:
 	}
+}
+
+// hold is one request's stay in the pacer: it may wait for a horizon or
+// for its share, never past its deadline (maxHold, or the caller's maximum
+// wait if shorter), and reports how long it was held: the grant is at least
+// that long after the caller sent the request, which the caller counts in
+// the slots' use-by (a grant held on the leader is not a late grant).
+type hold struct {
+	entry, deadline int64
+}
+
+func (p *pacer) newHold(maxWait time.Duration) hold {
+	now := p.now()
+	return hold{entry: now, deadline: now + int64(min(max(maxWait, 0), maxHold))}
+}
+
+// maxWait is the caller's maximum wait left at now.
+func (h hold) maxWait(now int64, maxWait time.Duration) time.Duration {
+	return maxWait - time.Duration(now-h.entry)
+}
+
+// wait blocks until ch is closed, the deadline passes (retry: the caller
+// asks again), ctx ends or the node closes. why names what it waited for.
+func (p *pacer) wait(h hold, ch <-chan struct{}, ctx context.Context, done <-chan struct{}, key, why string, retry error) error {
+	left := h.deadline - p.now()
+	if left <= 0 {
+		return retry
+	}
+	t := time.NewTimer(time.Duration(left))
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return retry
+	case <-ctx.Done():
+		return fmt.Errorf("node: %q: waiting for %s: %w", key, why, ctx.Err())
+	case <-done:
+		return ErrClosed
+	}
+}
+
+// shareWait returns the channel a request waits on for its share, or nil
+// (no waiting: errNoShare at once).
+func (p *pacer) shareWait() <-chan struct{} {
+	if p.shareChanged == nil {
+		return nil
+	}
+	return p.shareChanged()
 }
 
 // wake releases every waiter so it re-reads the state.
@@ -208,41 +273,57 @@ func (p *pacer) isLeading() bool {
 }
 
 // reserve grants count events of key, waiting at most maxWait for them. It
-// returns the wait measured from now (the moment of the grant). It blocks
-// only while the key's horizon is being extended.
-func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, count int, maxWait time.Duration) (time.Duration, error) {
+// returns the wait measured from the moment of the grant, and how long the
+// request was held before it (see hold). It blocks only while the key's
+// horizon is being extended or its share does not reach the slots yet.
+func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, count int, maxWait time.Duration) (wait, held time.Duration, err error) {
+	h := p.newHold(maxWait)
 	for {
 		p.mu.Lock()
 		if !p.leading {
 			p.mu.Unlock()
-			return 0, errNotLeader
+			return 0, 0, errNotLeader
 		}
 		ks := p.keys[key]
 		if ks == nil || !ks.hasLimit {
 			p.mu.Unlock()
-			return 0, fmt.Errorf("node: reserve %q: %w", key, ErrUnknownKey)
+			return 0, 0, fmt.Errorf("node: reserve %q: %w", key, ErrUnknownKey)
 		}
+		shareCh := p.shareWait() // before F is read: a renewal after is not missed
 		now := p.now()
+		left := h.maxWait(now, maxWait)
 		params, ok := p.scaled(ks, now, now)
-		if !ok {
-			p.mu.Unlock()
-			return 0, errNoShare
+		var start, newTAT int64
+		if ok {
+			start, newTAT, err = gcra.Reserve(ks.tat, params, now, count)
+			var later gcra.Params
+			if later, ok = p.scaled(ks, now, newTAT); err == nil && ok && later != params {
+				start, newTAT, err = gcra.Reserve(ks.tat, later, now, count)
+			}
 		}
-		start, newTAT, err := gcra.Reserve(ks.tat, params, now, count)
-		if later, ok := p.scaled(ks, now, newTAT); err == nil && ok && later != params {
-			start, newTAT, err = gcra.Reserve(ks.tat, later, now, count)
-		} else if err == nil && !ok {
+		if !ok {
+			// As in lease: no waiting for a slot past the maximum wait.
+			if first := max(now, ks.tat) - ks.params.Tolerance - now; time.Duration(first) > left {
+				p.mu.Unlock()
+				return 0, 0, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: left}
+			}
 			p.mu.Unlock()
-			return 0, errNoShare
+			if shareCh == nil {
+				return 0, 0, errNoShare
+			}
+			if err := p.wait(h, shareCh, ctx, done, key, "its share", errNoShare); err != nil {
+				return 0, 0, err
+			}
+			continue
 		}
 		if err != nil {
 			p.mu.Unlock()
-			return 0, fmt.Errorf("node: reserve %q: %w: %w", key, ErrInvalidRequest, err)
+			return 0, 0, fmt.Errorf("node: reserve %q: %w: %w", key, ErrInvalidRequest, err)
 		}
 		wait := time.Duration(start - now)
-		if wait > maxWait || newTAT-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
+		if wait > left || newTAT-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
 			p.mu.Unlock()
-			return 0, &LimitExceededError{Key: key, Wait: wait, MaxWait: maxWait}
+			return 0, 0, &LimitExceededError{Key: key, Wait: wait, MaxWait: left}
 		}
 		ks.demand = now
 		if newTAT <= ks.horizon {
@@ -252,7 +333,7 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 			}
 			p.mu.Unlock()
 			p.granted(key, count)
-			return wait, nil
+			return wait, time.Duration(now - h.entry), nil
 		}
 		if newTAT > ks.need {
 			ks.need = newTAT
@@ -260,12 +341,8 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 		ch := ks.changed
 		p.mu.Unlock()
 		p.kickExtender()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return 0, fmt.Errorf("node: reserve %q: waiting for horizon: %w", key, ctx.Err())
-		case <-done:
-			return 0, ErrClosed
+		if err := p.wait(h, ch, ctx, done, key, "its horizon", errRetry); err != nil {
+			return 0, 0, err
 		}
 	}
 }
@@ -277,6 +354,9 @@ type lease struct {
 	Base    int64 // ns relative to the grant; negative while burst remains
 	Spacing int64 // ns between slots: the key's emission interval
 	Count   int
+	// Held is how long the leader held the request before it granted
+	// (ns): the grant is at least that long after the request was sent.
+	Held int64
 }
 
 // slot returns slot i's offset from the grant.
@@ -298,6 +378,7 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 	if count < 1 {
 		count = 1
 	}
+	h := p.newHold(maxWait)
 	for {
 		p.mu.Lock()
 		if !p.leading {
@@ -309,26 +390,41 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 			p.mu.Unlock()
 			return lease{}, fmt.Errorf("node: lease %q: %w", key, ErrUnknownKey)
 		}
+		shareCh := p.shareWait() // before F is read: a renewal after is not missed
 		now := p.now()
-		params, ok := p.scaled(ks, now, now)
-		if !ok {
-			p.mu.Unlock()
-			return lease{}, errNoShare
-		}
+		left := h.maxWait(now, maxWait)
 		tatp := max(now, ks.tat)
-		// Scale for the whole span the lease may cover.
-		if later, ok := p.scaled(ks, now, tatp+int64(count)*params.Interval); !ok {
+		params, ok := p.scaled(ks, now, now)
+		if ok {
+			// Scale for the first slot; a lease of several slots is cut
+			// below to those the share reaches.
+			params, ok = p.scaled(ks, now, tatp+params.Interval)
+		}
+		if !ok {
+			// Not even the first slot is in the share's reach (a slow
+			// key's queue runs further ahead than the last renewal's
+			// promise): wait for the next renewal instead of having the
+			// caller poll, unless the slot is past the caller's maximum
+			// wait anyway (at the full rate it comes soonest).
+			if first := tatp - ks.params.Tolerance - now; time.Duration(first) > left {
+				p.mu.Unlock()
+				return lease{}, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: left}
+			}
 			p.mu.Unlock()
-			return lease{}, errNoShare
-		} else if later != params {
-			params = later
+			if shareCh == nil {
+				return lease{}, errNoShare
+			}
+			if err := p.wait(h, shareCh, ctx, done, key, "its share", errNoShare); err != nil {
+				return lease{}, err
+			}
+			continue
 		}
 		T, tau := params.Interval, params.Tolerance
 		base := tatp - tau - now
 		first := max(0, base)
-		if time.Duration(first) > maxWait || tatp+T-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
+		if time.Duration(first) > left || tatp+T-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
 			p.mu.Unlock()
-			return lease{}, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
+			return lease{}, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: left}
 		}
 		// Slots at once (burst left) plus one span at the full rate.
 		limit := int64(1)
@@ -343,10 +439,18 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 		if fit := (ks.horizon - tatp) / T; fit < n {
 			n = fit
 		}
+		// Every slot must be paced at this F: cut the lease where the
+		// share's reach (or F) changes rather than refuse it.
+		for n > 1 {
+			if later, ok := p.scaled(ks, now, tatp+n*T); ok && later == params {
+				break
+			}
+			n /= 2
+		}
 		ks.demand = now
 		if n >= 1 {
 			ks.tat = tatp + n*T
-			l := lease{Base: base, Spacing: T, Count: int(n)}
+			l := lease{Base: base, Spacing: T, Count: int(n), Held: now - h.entry}
 			if ks.held == nil {
 				ks.held = make(map[string]int64)
 			}
@@ -364,12 +468,8 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 		ch := ks.changed
 		p.mu.Unlock()
 		p.kickExtender()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return lease{}, fmt.Errorf("node: lease %q: waiting for horizon: %w", key, ctx.Err())
-		case <-done:
-			return lease{}, ErrClosed
+		if err := p.wait(h, ch, ctx, done, key, "its horizon", errRetry); err != nil {
+			return lease{}, err
 		}
 	}
 }

@@ -44,6 +44,7 @@ type reserveReq struct {
 type reserveResp struct {
 	Code uint8
 	Wait time.Duration // the grant's wait, or the would-be wait for codeLimitExceeded
+	Held time.Duration // how long the leader held the request before the grant
 	Msg  string
 }
 
@@ -274,14 +275,21 @@ func decodeReserveReq(b []byte) (reserveReq, error) {
 func (m reserveResp) encode() []byte {
 	b := []byte{rpcVersion, m.Code}
 	b = binary.AppendVarint(b, int64(m.Wait))
+	b = binary.AppendVarint(b, int64(m.Held))
 	return appendString(b, m.Msg)
 }
 
 func decodeReserveResp(b []byte) (reserveResp, error) {
 	r := reader{b: b}
 	r.start()
-	m := reserveResp{Code: r.byte(), Wait: time.Duration(r.varint()), Msg: r.string(maxMsgLen)}
-	return m, r.done()
+	m := reserveResp{Code: r.byte(), Wait: time.Duration(r.varint()), Held: time.Duration(r.varint()), Msg: r.string(maxMsgLen)}
+	if err := r.done(); err != nil {
+		return reserveResp{}, err
+	}
+	if m.Held < 0 {
+		return reserveResp{}, fmt.Errorf("%w: reserve answer held %v", errBadRPC, m.Held)
+	}
+	return m, nil
 }
 
 func (m setLimitReq) encode() []byte {
@@ -389,6 +397,7 @@ func (m leaseResp) encode() []byte {
 	b = binary.AppendVarint(b, m.Lease.Base)
 	b = binary.AppendVarint(b, m.Lease.Spacing)
 	b = binary.AppendUvarint(b, uint64(m.Lease.Count))
+	b = binary.AppendVarint(b, m.Lease.Held)
 	b = binary.AppendVarint(b, int64(m.Wait))
 	return appendString(b, m.Msg)
 }
@@ -400,6 +409,7 @@ func decodeLeaseResp(b []byte) (leaseResp, error) {
 	m.Lease.Base = r.varint()
 	m.Lease.Spacing = r.varint()
 	count := r.uvarint()
+	m.Lease.Held = r.varint()
 	m.Wait = time.Duration(r.varint())
 	m.Msg = r.string(maxMsgLen)
 	if err := r.done(); err != nil {
@@ -411,8 +421,8 @@ func decodeLeaseResp(b []byte) (leaseResp, error) {
 	m.Lease.Count = int(count)
 	// A granted lease must describe real slots: a hostile or corrupt answer
 	// must not make a node divide by zero or serve slots at once.
-	if m.Code == codeOK && (m.Lease.Count < 1 || m.Lease.Spacing < 1) {
-		return leaseResp{}, fmt.Errorf("%w: lease of %d slots spaced %dns", errBadRPC, m.Lease.Count, m.Lease.Spacing)
+	if m.Code == codeOK && (m.Lease.Count < 1 || m.Lease.Spacing < 1 || m.Lease.Held < 0) {
+		return leaseResp{}, fmt.Errorf("%w: lease of %d slots spaced %dns held %dns", errBadRPC, m.Lease.Count, m.Lease.Spacing, m.Lease.Held)
 	}
 	return m, nil
 }

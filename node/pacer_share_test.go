@@ -1,0 +1,141 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+)
+
+// sharedPacer is a leading pacer for one slow key ("k", 2/s, burst 1)
+// whose F comes from shares held by three members, all on one fake clock.
+func sharedPacer(t *testing.T) (*pacer, *shares, *testClock) {
+	t.Helper()
+	lim := fsm.Limit{Rate: 2, Burst: 1}
+	clock := &testClock{}
+	clock.Store(1e12)
+	p := newPacer(clock.Load, time.Second, 20*time.Millisecond,
+		func(string) (int64, bool) { return 0, false },
+		func() map[string]fsm.Limit { return map[string]fsm.Limit{"k": lim} })
+	p.setLimit("k", lim, true)
+	if !p.lead(p.stepDown()) {
+		t.Fatal("pacer did not lead")
+	}
+	p.keys["k"].horizon = 1 << 62
+	s := newShares(clock.Load, 2*time.Second)
+	s.lead(threeMembers())
+	p.share = s.fraction
+	p.shareChanged = s.changes
+	return p, s, clock
+}
+
+// testClock is a fake clock read by the pacer's waiters while the test
+// moves it.
+type testClock struct{ atomic.Int64 }
+
+func renewAll(s *shares, now int64) {
+	for _, id := range []string{"a", "b", "c"} {
+		s.renewed(id, now, now, shareAnswer{Fraction: 1.0 / 3})
+	}
+}
+
+// A slow key's slot past the shares' reach (its queue runs further ahead
+// than the last renewal's promise) is neither refused nor paced at a
+// smaller F: the request waits on the leader for the next round of
+// renewals, and the lease reports how long it was held, so the member
+// counts use-by from then and does not drop it as late.
+func TestPacer_SlotPastTheShareWaitsForTheRound(t *testing.T) {
+	p, s, clock := sharedPacer(t)
+	renewAll(s, clock.Load())
+	// Queue the key 1.5 s deep: slots at +0, +0.5, +1.0; TAT at +1.5 s.
+	for i := range 3 {
+		l, err := p.lease(context.Background(), nil, "k", "m", 1, time.Minute)
+		if err != nil || l.Count != 1 || l.Held != 0 {
+			t.Fatalf("lease %d = %+v, %v", i, l, err)
+		}
+	}
+	// The next slot (+1.5 s, paced until +2.0 s) is past the reach
+	// (renewed at +0 for 2 s): the request waits.
+	type result struct {
+		l   lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := p.lease(context.Background(), nil, "k", "m", 1, time.Minute)
+		got <- result{l, err}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("a lease past the shares' reach was answered at once: %+v, %v", r.l, r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// 300 ms later one member renews; the round is not over, and F past
+	// the reach of the other two would be 1/3: still waiting.
+	clock.Add(int64(300 * time.Millisecond))
+	s.renewed("a", clock.Load(), clock.Load(), shareAnswer{Fraction: 1.0 / 3})
+	select {
+	case r := <-got:
+		t.Fatalf("a lease was granted in the middle of a renewal round: %+v, %v", r.l, r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	s.renewed("b", clock.Load(), clock.Load(), shareAnswer{Fraction: 1.0 / 3})
+	s.renewed("c", clock.Load(), clock.Load(), shareAnswer{Fraction: 1.0 / 3})
+	s.roundDone()
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the round ended and the lease still waits")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.l.Spacing != int64(500*time.Millisecond) {
+		t.Errorf("spacing %v, want the full rate's 500ms", time.Duration(r.l.Spacing))
+	}
+	if r.l.Held != int64(300*time.Millisecond) {
+		t.Errorf("held %v, want the 300ms it waited", time.Duration(r.l.Held))
+	}
+	if r.l.Base != int64(1200*time.Millisecond) {
+		t.Errorf("first slot %v after the grant, want 1.2s (TAT +1.5s, granted at +0.3s)", time.Duration(r.l.Base))
+	}
+}
+
+// The wait is bounded: by the caller's maximum wait (a slot further away
+// than that is refused at once, nothing consumed) and by maxHold; then the
+// caller is told to retry.
+func TestPacer_ShareWaitIsBounded(t *testing.T) {
+	p, s, clock := sharedPacer(t)
+	renewAll(s, clock.Load())
+	for range 3 {
+		if _, err := p.lease(context.Background(), nil, "k", "m", 1, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	begin := time.Now()
+	_, err := p.lease(context.Background(), nil, "k", "m", 1, time.Second)
+	var le *LimitExceededError
+	if !errors.As(err, &le) || time.Since(begin) > 100*time.Millisecond {
+		t.Fatalf("a slot 1.5 s away with a 1 s maximum wait: %v after %v; want limit exceeded at once", err, time.Since(begin))
+	}
+	begin = time.Now()
+	_, err = p.lease(context.Background(), nil, "k", "m", 1, time.Minute)
+	if !errors.Is(err, errNoShare) {
+		t.Fatalf("no renewal within the hold: %v, want errNoShare", err)
+	}
+	if took := time.Since(begin); took < maxHold/2 {
+		t.Fatalf("answered after %v, want a wait of about maxHold (%v)", took, maxHold)
+	}
+	// Nothing was consumed by the refusals: after a renewal 100 ms later
+	// the slot is the next one, at +1.5 s.
+	clock.Add(int64(100 * time.Millisecond))
+	renewAll(s, clock.Load())
+	l, err := p.lease(context.Background(), nil, "k", "m", 1, time.Minute)
+	if err != nil || l.Base != int64(1400*time.Millisecond) {
+		t.Fatalf("after the refusals: %+v, %v; want the slot 1.4s after the grant", l, err)
+	}
+}
