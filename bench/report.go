@@ -29,9 +29,12 @@ type Report struct {
 	Throughput *Throughput `json:"throughput,omitempty"`
 	// Ceilings has one result per ceiling run.
 	Ceilings []*CeilingResult `json:"ceilings"`
-	Targets  []Target         `json:"targets"`
-	Skipped  []Skip           `json:"skipped,omitempty"`
-	Failures []Failure        `json:"failures,omitempty"`
+	// ManyKeys has one result per key count of the many-slow-keys group
+	// (raftpace only).
+	ManyKeys []*ManyKeysResult `json:"many_keys,omitempty"`
+	Targets  []Target          `json:"targets"`
+	Skipped  []Skip            `json:"skipped,omitempty"`
+	Failures []Failure         `json:"failures,omitempty"`
 }
 
 // Host describes the machine.
@@ -120,6 +123,27 @@ type WindowCheck struct {
 	Max    int           `json:"max"`
 	Bound  float64       `json:"bound"`
 	Over   bool          `json:"over"`
+}
+
+// ManyKeysResult is one many-slow-keys run: Keys keys, each at Rate/s
+// burst Burst, one closed-loop worker per key in each of Processes agents,
+// measured over one steady interval for all keys.
+type ManyKeysResult struct {
+	Keys      int     `json:"keys"`
+	Rate      float64 `json:"rate_per_key"`
+	Burst     int     `json:"burst"`
+	Processes int     `json:"processes"`
+
+	Events      int     `json:"steady_events"` // admitted in the steady interval, all keys
+	Seconds     float64 `json:"steady_seconds"`
+	AdmittedPct float64 `json:"admitted_pct"` // Events as % of Keys*Rate over Seconds
+	WorstKey    string  `json:"worst_key"`    // the key that admitted the least
+	WorstPct    float64 `json:"worst_key_admitted_pct"`
+	Idle        int     `json:"keys_admitting_nothing"` // in the steady interval
+	WindowsOver int     `json:"windows_over"`           // window lengths over the bound, summed over keys
+
+	Forfeited uint64 `json:"forfeited"`
+	Errors    uint64 `json:"errors"`
 }
 
 // window returns the check for length w, or nil.
@@ -428,6 +452,9 @@ func (r *Report) Markdown() string {
 	for _, rate := range r.ceilingRates() {
 		r.ceilingTable(&b, rate)
 	}
+	if len(r.ManyKeys) > 0 {
+		r.manyKeysTable(&b)
+	}
 	if len(r.Targets) > 0 {
 		b.WriteString("## Targets (issue #3)\n\n| target | wanted | measured | met |\n|---|---|---|---|\n")
 		for _, t := range r.Targets {
@@ -483,6 +510,15 @@ const legend = `## Legend
   admitted (the callers were busy, or the wait would pass the maximum);
   **late**: grants dropped because they could not be used by then (an
   answer that took longer than 50 ms, or a caller woken too late).
+- **Many slow keys** (raftpace only): every key at 2/s, burst 1, each of
+  3 agents with one closed-loop worker per key. **admitted** is over one
+  steady interval for all keys (from 1 s after the last key's load started
+  to when the first stopped) as % of keys x 2/s; **worst key** the key
+  that admitted least; **windows over** the window lengths over the bound,
+  summed over keys. One event is 1/(2 x seconds) of a key's count (3.6% in
+  14 s), and keys whose loads start together run in step: with few keys
+  the aggregate can be up to one event per key low with every key paced
+  exactly.
 `
 
 func (r *Report) latencyTable(b *strings.Builder) {
@@ -595,6 +631,31 @@ func (r *Report) ceilingTable(b *strings.Builder, rate float64) {
 			fmtCount(float64(c.Shed)), fmtCount(float64(c.Forfeited)))
 	}
 	b.WriteString("\n")
+}
+
+// manyKeysTable renders the many-slow-keys results, in key count order,
+// under a title taken from the first (every run has the same limit and
+// agents).
+func (r *Report) manyKeysTable(b *strings.Builder) {
+	rows := slices.Clone(r.ManyKeys)
+	slices.SortStableFunc(rows, func(x, y *ManyKeysResult) int { return x.Keys - y.Keys })
+	m := rows[0]
+	fmt.Fprintf(b, "## Many slow keys (%s/s, burst %d, one worker per key per agent, %d agents)\n\n", fmtRate(m.Rate), m.Burst, m.Processes)
+	b.WriteString("| keys | admitted (aggregate) | worst key | keys admitting nothing | windows over |\n|---|---|---|---|---|\n")
+	var secs []string
+	for _, m := range rows {
+		over := strconv.Itoa(m.WindowsOver)
+		if m.WindowsOver > 0 {
+			over = "**" + over + "**"
+		}
+		idle := strconv.Itoa(m.Idle)
+		if m.Idle > 0 {
+			idle = "**" + idle + "**"
+		}
+		fmt.Fprintf(b, "| %s | %.1f%% | %.1f%% (%s) | %s | %s |\n", fmtRate(float64(m.Keys)), m.AdmittedPct, m.WorstPct, m.WorstKey, idle, over)
+		secs = append(secs, fmt.Sprintf("%.1f s at %s keys", m.Seconds, fmtRate(float64(m.Keys))))
+	}
+	fmt.Fprintf(b, "\nSteady interval measured: %s.\n\n", strings.Join(secs, ", "))
 }
 
 // ---- files ------------------------------------------------------------------

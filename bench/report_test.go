@@ -155,6 +155,73 @@ func TestReport_MarkdownRowOrder(t *testing.T) {
 	}
 }
 
+func TestReport_MarkdownManyKeys(t *testing.T) {
+	t.Parallel()
+	r := sampleReport()
+	if md := r.Markdown(); strings.Contains(md, "## Many slow keys") {
+		t.Errorf("many-keys table without results:\n%s", md)
+	}
+	// Added out of key count order on purpose; the 1,000-key run starved
+	// keys and went over.
+	r.ManyKeys = []*ManyKeysResult{
+		{Keys: 1000, Rate: 2, Burst: 1, Processes: 3, Seconds: 9.2, AdmittedPct: 97.25, WorstKey: "k917", WorstPct: 0, Idle: 12, WindowsOver: 3},
+		{Keys: 10, Rate: 2, Burst: 1, Processes: 3, Seconds: 13.8, AdmittedPct: 99.6, WorstKey: "k3", WorstPct: 96.4},
+	}
+	md := r.Markdown()
+	for _, want := range []string{
+		"## Many slow keys (2/s, burst 1, one worker per key per agent, 3 agents)",
+		"| keys | admitted (aggregate) | worst key | keys admitting nothing | windows over |\n|---|---|---|---|---|\n",
+		"| 10 | 99.6% | 96.4% (k3) | 0 | 0 |\n| 1,000 | 97.2% | 0.0% (k917) | **12** | **3** |\n",
+		"Steady interval measured: 13.8 s at 10 keys, 9.2 s at 1,000 keys.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, md)
+		}
+	}
+	// After the ceiling tables, before the targets.
+	if i, j, k := strings.Index(md, "## Ceiling 100,000/s"), strings.Index(md, "## Many slow keys"), strings.Index(md, "## Targets"); i > j || j > k {
+		t.Errorf("many-keys table out of place:\n%s", md)
+	}
+	if r.ManyKeys[0].Keys != 1000 {
+		t.Error("Markdown reordered the report's results")
+	}
+}
+
+func TestAnalyzeManyKeys(t *testing.T) {
+	t.Parallel()
+	const start = int64(1_700_000_000_000_000_000)
+	lim := client.Limit{Rate: 2, Burst: 1}
+	keys := manyKeysNames(3)
+	load := func(from, to int64) *KeyLoad { return &KeyLoad{Concurrency: 1, From: from, To: to} }
+	// Key loads start at different times on each agent (their limits
+	// registered one by one): the steady interval is from 1 s after the
+	// last start (k2 on n2, 0.5 s) to the first stop (k0 on n1, 10 s).
+	reps := []*LoadReport{
+		{Node: "n1", Keys: map[string]*KeyLoad{"k0": load(start, start+10e9), "k1": load(start+1e8, start+10.1e9), "k2": load(start+2e8, start+10.2e9)}},
+		{Node: "n2", Keys: map[string]*KeyLoad{"k0": load(start, start+10e9), "k1": load(start+1e8, start+10.1e9), "k2": load(start+5e8, start+10.5e9)}},
+	}
+	// k0 paced at the rate across both nodes, k1 at half of it, k2 never
+	// admitted; other keys ignored.
+	evs := paced("k0", start, 500*time.Millisecond, 21, "n1", "n2")
+	evs = append(evs, paced("k1", start, time.Second, 11, "n2")...)
+	evs = append(evs, paced("other", start, time.Millisecond, 5000, "n1")...)
+	res := analyzeManyKeys(evs, keys, lim, reps)
+	// [1.5 s, 10 s): k0 has 17 events, k1 8, k2 none; 8.5 s x 3 keys x 2/s = 51.
+	if res.Seconds < 8.49 || res.Seconds > 8.51 || res.Events != 25 || res.AdmittedPct < 48.9 || res.AdmittedPct > 49.1 {
+		t.Errorf("interval: %.2f s, %d events, %.2f%%", res.Seconds, res.Events, res.AdmittedPct)
+	}
+	if res.WorstKey != "k2" || res.WorstPct != 0 || res.Idle != 1 || res.WindowsOver != 0 || res.Keys != 3 {
+		t.Errorf("per key: %+v", res)
+	}
+
+	// k0 admitted by both nodes each at the rate: twice the bound.
+	evs = append(paced("k0", start, 500*time.Millisecond, 21, "n1"), paced("k0", start+1e6, 500*time.Millisecond, 21, "n2")...)
+	res = analyzeManyKeys(evs, keys, lim, reps)
+	if res.WindowsOver != 4 || res.WorstKey != "k1" || res.Idle != 2 {
+		t.Errorf("over: %+v", res)
+	}
+}
+
 func TestReport_Targets(t *testing.T) {
 	t.Parallel()
 	r := sampleReport()

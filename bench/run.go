@@ -115,12 +115,17 @@ type plan struct {
 	ceilings   []ceilingPlan
 	eight      bool // the 7/s ceiling with 8 raftpace processes
 	xrateSolo  bool // x/time/rate in 3 processes, each alone
+	// manyKeys are the key counts of the many-slow-keys group, each
+	// key's load running manyKeysDur on every agent.
+	manyKeys    []int
+	manyKeysDur time.Duration
 }
 
 func planFor(quick bool, ceilings []float64) plan {
-	p := plan{latency: 4 * time.Second, callers: []int{1, 16}, noLeaseLdr: true, eight: true, xrateSolo: true}
+	p := plan{latency: 4 * time.Second, callers: []int{1, 16}, noLeaseLdr: true, eight: true, xrateSolo: true,
+		manyKeys: []int{10, 100, 1000}, manyKeysDur: 15 * time.Second}
 	if quick {
-		p = plan{latency: time.Second, callers: []int{1, 16}}
+		p = plan{latency: time.Second, callers: []int{1, 16}, manyKeys: []int{100}, manyKeysDur: 5 * time.Second}
 	}
 	if ceilings == nil {
 		ceilings = DefaultCeilings
@@ -368,6 +373,13 @@ func (r *runner) groups() []group {
 			gs = append(gs, group{name: "8 processes", steps: []step{r.raftpaceCeiling(cp, 8, "raftpace-8")}})
 		}
 	}
+	if r.selected("raftpace") && len(r.plan.manyKeys) > 0 {
+		g := group{name: "many slow keys"}
+		for _, n := range r.plan.manyKeys {
+			g.steps = append(g.steps, r.manyKeys(n))
+		}
+		gs = append(gs, g)
+	}
 	return gs
 }
 
@@ -474,18 +486,38 @@ func (r *runner) agentLatency(ctx context.Context, c *cluster, a *agentProc, key
 
 // waitKeyDone polls an agent's load report until key's load has ended.
 func waitKeyDone(ctx context.Context, p *proc, path, key string, d time.Duration) (*KeyLoad, error) {
+	rep, err := waitKeysDone(ctx, p, path, []string{key}, d)
+	if err != nil {
+		return nil, err
+	}
+	return rep.Keys[key], nil
+}
+
+// waitKeysDone polls an agent's load report until the load of every key
+// has ended, and returns the report. One read covers all keys: with 1,000
+// keys the report is large, and the agent rewrites it as each key ends.
+func waitKeysDone(ctx context.Context, p *proc, path string, keys []string, d time.Duration) (*LoadReport, error) {
 	deadline := time.Now().Add(d)
 	for {
+		running := keys
 		if rep, err := ReadLoadReport(path); err == nil {
-			if kl := rep.Keys[key]; kl != nil && kl.To != 0 {
-				return kl, nil
+			running = slices.DeleteFunc(slices.Clone(keys), func(k string) bool {
+				kl := rep.Keys[k]
+				return kl != nil && kl.To != 0
+			})
+			if len(running) == 0 {
+				return rep, nil
 			}
 		}
 		if p.exited() {
 			return nil, fmt.Errorf("%s exited (%v)\n%s", p.name, p.err, p.tail())
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%s: the load of %s did not end within %v\n%s", p.name, key, d, p.tail())
+			which := running[0]
+			if len(running) > 1 {
+				which += fmt.Sprintf(" (and %d other keys)", len(running)-1)
+			}
+			return nil, fmt.Errorf("%s: the load of %s did not end within %v\n%s", p.name, which, d, p.tail())
 		}
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,184 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/raftpace/raftpace/client"
+	"github.com/raftpace/raftpace/internal/timeline"
+)
+
+// ---- many slow keys ---------------------------------------------------------
+
+// manyKeysLimit is every key's limit in the many-slow-keys group: slow
+// enough that a key's slots are seconds apart, so what is measured is
+// whether every key gets its share of leases, not how fast they come.
+var manyKeysLimit = client.Limit{Rate: 2, Burst: 1}
+
+// manyKeysNames returns the n keys of a many-slow-keys run: k0, k1, ...
+func manyKeysNames(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// writeKeysPolicy writes an agent --policy file giving every key lim, so
+// that each key's limit is registered when the cluster starts (the load of
+// a key starts once its limit is known) without n calls to the admin API.
+func writeKeysPolicy(path string, keys []string, lim client.Limit) error {
+	type limit struct {
+		Rate  float64 `json:"rate"`
+		Burst int     `json:"burst"`
+	}
+	limits := make(map[string]limit, len(keys))
+	for _, k := range keys {
+		limits[k] = limit{Rate: lim.Rate, Burst: lim.Burst}
+	}
+	b, err := json.Marshal(map[string]any{"limits": limits})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// manyKeysArgs are an agent's flags: one closed-loop worker per key (no
+// --load-rate: each reserves again once admitted, so every key always has
+// a waiter on every agent) for d, the limits from policy.
+func manyKeysArgs(keys []string, policy string, d time.Duration) []string {
+	args := make([]string, 0, 2*len(keys)+4)
+	for _, k := range keys {
+		args = append(args, "--load", k+":1")
+	}
+	return append(args, "--load-duration", d.String(), "--policy", policy)
+}
+
+// manyKeys starts a 3-agent cluster in which every agent runs one
+// closed-loop worker on each of n keys at manyKeysLimit, waits for the
+// loads to end and checks each key's merged timeline.
+func (r *runner) manyKeys(n int) step {
+	label := fmt.Sprintf("raftpace, %s keys at %s/s each, %d processes", fmtRate(float64(n)), fmtRate(manyKeysLimit.Rate), ceilingProcs)
+	return step{label: label, run: func(ctx context.Context) (string, error) {
+		dir := filepath.Join(r.dir, fmt.Sprintf("raftpace-keys-%d", n))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", err
+		}
+		keys := manyKeysNames(n)
+		policy := filepath.Join(dir, "policy.json")
+		if err := writeKeysPolicy(policy, keys, manyKeysLimit); err != nil {
+			return "", err
+		}
+		d := r.plan.manyKeysDur
+		c, err := startCluster(ctx, r.cfg.Binary, clusterSpec{dir: dir, size: ceilingProcs, timeline: true, args: func(int, string) []string {
+			return manyKeysArgs(keys, policy, d)
+		}})
+		if err != nil {
+			return "", err
+		}
+		var reps []*LoadReport
+		for _, a := range c.agents {
+			var rep *LoadReport
+			// Registering n limits takes the agents a while before the
+			// last key's load starts: a minute on top of d.
+			if rep, err = waitKeysDone(ctx, a.proc, a.report, keys, d+time.Minute); err != nil {
+				break
+			}
+			reps = append(reps, rep)
+		}
+		if serr := c.stop(); err == nil {
+			err = serr
+		}
+		if err != nil {
+			return "", err
+		}
+		events, err := timeline.ParseFiles(c.timelines()...)
+		if err != nil {
+			return "", err
+		}
+		res := analyzeManyKeys(events, keys, manyKeysLimit, reps)
+		res.Processes = len(c.agents)
+		r.rep.ManyKeys = append(r.rep.ManyKeys, res)
+		return manyKeysSummary(res), nil
+	}}
+}
+
+// analyzeManyKeys measures a many-slow-keys run over one steady interval
+// for all keys (from a second after the last key's load started on any
+// agent to when the first stopped), so that the aggregate is over the same
+// seconds for every key; each key's windows are checked over the whole run.
+func analyzeManyKeys(events []timeline.Event, keys []string, lim client.Limit, reps []*LoadReport) *ManyKeysResult {
+	res := &ManyKeysResult{Keys: len(keys), Rate: lim.Rate, Burst: lim.Burst}
+	var start, from, to int64
+	first := true
+	for _, rep := range reps {
+		for _, k := range keys {
+			kl := rep.Keys[k]
+			if kl == nil {
+				continue
+			}
+			if first || kl.From < start {
+				start = kl.From
+			}
+			if first || kl.To < to {
+				to = kl.To
+			}
+			from = max(from, kl.From)
+			first = false
+			res.Forfeited += kl.Forfeited
+			res.Errors += kl.Errors
+		}
+	}
+	from += int64(steadySkip)
+	if to <= from { // too short to skip a second: use it all
+		from = start
+	}
+	res.Seconds = time.Duration(to - from).Seconds()
+
+	// Check scans every event for its key: split them by key first, or
+	// 1,000 keys cost 1,000 passes over every key's events.
+	byKey := make(map[string][]timeline.Event, len(keys))
+	for _, e := range events {
+		byKey[e.Key] = append(byKey[e.Key], e)
+	}
+	res.WorstPct = -1
+	for _, k := range keys {
+		rep := timeline.Check(byKey[k], k, timeline.Spec{
+			Limit:   timeline.Limit{Rate: lim.Rate, Burst: lim.Burst},
+			Windows: Windows(),
+			Delta:   Delta,
+			From:    from,
+			To:      to,
+		})
+		res.Events += rep.RateEvents
+		if rep.RateEvents == 0 {
+			res.Idle++
+		}
+		if pct := 100 * rep.Utilisation; res.WorstPct < 0 || pct < res.WorstPct {
+			res.WorstKey, res.WorstPct = k, pct
+		}
+		for _, w := range rep.Windows {
+			if w.Over {
+				res.WindowsOver++
+			}
+		}
+	}
+	if want := float64(len(keys)) * lim.Rate * res.Seconds; want > 0 {
+		res.AdmittedPct = 100 * float64(res.Events) / want
+	}
+	return res
+}
+
+func manyKeysSummary(m *ManyKeysResult) string {
+	s := fmt.Sprintf("%.1f%% of %s x %s/s, worst key %s %.1f%%, %d admitting nothing, %d windows over, %.1f s measured",
+		m.AdmittedPct, fmtRate(float64(m.Keys)), fmtRate(m.Rate), m.WorstKey, m.WorstPct, m.Idle, m.WindowsOver, m.Seconds)
+	if m.Errors > 0 {
+		s += fmt.Sprintf(", %d failed calls", m.Errors)
+	}
+	return s
+}
