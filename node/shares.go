@@ -5,6 +5,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
@@ -44,7 +45,7 @@ type shares struct {
 	// a waiter woken between two answers of one round would see F fall
 	// at the members not renewed yet and take a lease paced at a third
 	// of the rate (measured: 10 slow keys at 63%).
-	changed chan struct{}
+	changed atomic.Pointer[chan struct{}]
 }
 
 // touch drops the cached F; s.mu is held.
@@ -56,8 +57,8 @@ func (s *shares) touch() {
 // is held.
 func (s *shares) wake() {
 	s.touch()
-	close(s.changed)
-	s.changed = make(chan struct{})
+	next := make(chan struct{})
+	close(*s.changed.Swap(&next))
 }
 
 // roundDone marks the end of a round of renewals.
@@ -67,11 +68,10 @@ func (s *shares) roundDone() {
 	s.mu.Unlock()
 }
 
-// changes returns a channel closed at the next change of the shares.
+// changes returns a channel closed at the next change of the shares. It
+// takes no lock: the pacer reads it for every grant, before F.
 func (s *shares) changes() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.changed
+	return *s.changed.Load()
 }
 
 type shareState struct {
@@ -93,7 +93,10 @@ type fcache struct {
 }
 
 func newShares(now func() int64, ttl time.Duration) *shares {
-	return &shares{now: now, ttl: int64(ttl), by: make(map[string]*shareState), fracs: make(map[string]float64), changed: make(chan struct{})}
+	s := &shares{now: now, ttl: int64(ttl), by: make(map[string]*shareState), fracs: make(map[string]float64)}
+	ch := make(chan struct{})
+	s.changed.Store(&ch)
+	return s
 }
 
 // lead starts a new leadership: nothing is held until renewed; every member
