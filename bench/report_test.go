@@ -108,7 +108,7 @@ func sampleReport() *Report {
 func TestReport_Markdown(t *testing.T) {
 	t.Parallel()
 	md := sampleReport().Markdown()
-	for _, want := range []string{
+	containsAll(t, md,
 		"# raftpace bench (full mode)",
 		"`raftpace bench`",
 		"| raftpace, follower (leases) | 200 ns | 300 ns | 600 ns | 900 ns | 1.5 M |",
@@ -128,11 +128,7 @@ func TestReport_Markdown(t *testing.T) {
 		"| 100,000/s ceiling across 3 processes | >= 99% admitted, zero windows over | 99.5% admitted, 0 of 4 window lengths over | yes |",
 		"| leader's grants through leases | >= 1,000,000 slots/s |",
 		"delta = 50 ms",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("Markdown lacks %q:\n%s", want, md)
-		}
-	}
+	)
 	// The ceiling tables come in ascending rate, the rows in table order.
 	if i, j := strings.Index(md, "Ceiling 7/s"), strings.Index(md, "Ceiling 100,000/s"); i < 0 || j < i {
 		t.Errorf("ceiling tables out of order")
@@ -168,16 +164,12 @@ func TestReport_MarkdownManyKeys(t *testing.T) {
 		{Keys: 10, Rate: 2, Burst: 1, Processes: 3, Seconds: 13.8, AdmittedPct: 99.6, WorstKey: "k3", WorstPct: 96.4},
 	}
 	md := r.Markdown()
-	for _, want := range []string{
+	containsAll(t, md,
 		"## Many slow keys (2/s, burst 1, one worker per key per agent, 3 agents)",
 		"| keys | admitted (aggregate) | worst key | keys admitting nothing | windows over |\n|---|---|---|---|---|\n",
 		"| 10 | 99.6% | 96.4% (k3) | 0 | 0 |\n| 1,000 | 97.2% | 0.0% (k917) | **12** | **3** |\n",
 		"Steady interval measured: 13.8 s at 10 keys, 9.2 s at 1,000 keys.",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("Markdown lacks %q:\n%s", want, md)
-		}
-	}
+	)
 	// After the ceiling tables, before the targets.
 	if i, j, k := strings.Index(md, "## Ceiling 100,000/s"), strings.Index(md, "## Many slow keys"), strings.Index(md, "## Targets"); i > j || j > k {
 		t.Errorf("many-keys table out of place:\n%s", md)
@@ -410,5 +402,15 @@ func TestAdmittedSeries(t *testing.T) {
 	}
 	if admittedSeries(evs, "k", start, start) != nil {
 		t.Error("empty interval gives a series")
+	}
+}
+
+// containsAll reports every want that md (a rendered report) lacks.
+func containsAll(t *testing.T, md string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(md, want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, md)
+		}
 	}
 }

@@ -15,7 +15,14 @@ import (
 func testPacer(t testing.TB, lim fsm.Limit, span time.Duration) (*pacer, *int64) {
 	t.Helper()
 	var clock int64 = 1e12
-	p := newPacer(func() int64 { return clock }, time.Second, span,
+	return leadingPacer(t, func() int64 { return clock }, lim, span), &clock
+}
+
+// leadingPacer is a pacer on the clock now that leads, with key "k" at lim
+// and a horizon that never binds.
+func leadingPacer(t testing.TB, now func() int64, lim fsm.Limit, span time.Duration) *pacer {
+	t.Helper()
+	p := newPacer(now, time.Second, span,
 		func(string) (int64, bool) { return 0, false },
 		func() map[string]fsm.Limit { return map[string]fsm.Limit{"k": lim} })
 	p.setLimit("k", lim, true)
@@ -23,7 +30,7 @@ func testPacer(t testing.TB, lim fsm.Limit, span time.Duration) (*pacer, *int64)
 		t.Fatal("pacer did not lead")
 	}
 	p.keys["k"].horizon = 1 << 62
-	return p, &clock
+	return p
 }
 
 // A lease is GCRA in closed form: its slots are exactly those that single

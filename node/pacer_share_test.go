@@ -17,14 +17,7 @@ func sharedPacer(t *testing.T) (*pacer, *shares, *testClock) {
 	lim := fsm.Limit{Rate: 2, Burst: 1}
 	clock := &testClock{}
 	clock.Store(1e12)
-	p := newPacer(clock.Load, time.Second, 20*time.Millisecond,
-		func(string) (int64, bool) { return 0, false },
-		func() map[string]fsm.Limit { return map[string]fsm.Limit{"k": lim} })
-	p.setLimit("k", lim, true)
-	if !p.lead(p.stepDown()) {
-		t.Fatal("pacer did not lead")
-	}
-	p.keys["k"].horizon = 1 << 62
+	p := leadingPacer(t, clock.Load, lim, 20*time.Millisecond)
 	s := newShares(clock.Load, 2*time.Second)
 	s.lead(threeMembers())
 	p.share = s.fraction
