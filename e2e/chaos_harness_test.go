@@ -591,23 +591,28 @@ var (
 	chaosRows []chaosRow
 )
 
-func recordChaos(s *scenario, exp expectation, r chaosResult) {
-	var w1 timeline.WindowResult
-	for _, w := range r.rep.Windows {
+// ceilingVerdict returns a check's 1 s window and "ok", or "OVER" with
+// the first window length over its bound, for the summary rows.
+func ceilingVerdict(rep timeline.KeyReport) (w1 timeline.WindowResult, verdict string) {
+	for _, w := range rep.Windows {
 		if w.Window == time.Second {
 			w1 = w
 		}
 	}
-	verdict := "ok"
-	if !r.rep.OK() {
-		verdict = "OVER"
-		for _, w := range r.rep.Windows {
-			if w.Over {
-				verdict += fmt.Sprintf(" (W=%v: %d > %.1f)", w.Window, w.MaxCount, w.Bound)
-				break
-			}
+	if rep.OK() {
+		return w1, "ok"
+	}
+	verdict = "OVER"
+	for _, w := range rep.Windows {
+		if w.Over {
+			return w1, verdict + fmt.Sprintf(" (W=%v: %d > %.1f)", w.Window, w.MaxCount, w.Bound)
 		}
 	}
+	return w1, verdict
+}
+
+func recordChaos(s *scenario, exp expectation, r chaosResult) {
+	w1, verdict := ceilingVerdict(r.rep)
 	var fault, recov []string
 	for _, rc := range r.recov {
 		fault = append(fault, rc.step.desc)

@@ -289,22 +289,7 @@ var (
 )
 
 func recordChurn(s *scenario, churn string, r churnResult) {
-	var w1 timeline.WindowResult
-	for _, w := range r.rep.Windows {
-		if w.Window == time.Second {
-			w1 = w
-		}
-	}
-	verdict := "ok"
-	if !r.rep.OK() {
-		verdict = "OVER"
-		for _, w := range r.rep.Windows {
-			if w.Over {
-				verdict += fmt.Sprintf(" (W=%v: %d > %.1f)", w.Window, w.MaxCount, w.Bound)
-				break
-			}
-		}
-	}
+	w1, verdict := ceilingVerdict(r.rep)
 	var rates, lows []string
 	for _, p := range r.phases {
 		rate := fmt.Sprintf("%s %.1f", p.label, p.rate)
