@@ -21,11 +21,11 @@ var errNotLeader = errors.New("node: not the leader")
 // (no share renewed yet, or not that far ahead); the caller retries.
 var errNoShare = errors.New("node: leader holds no share of the rate yet")
 
-// maxHold bounds how long the pacer holds one request waiting for a horizon
-// or for its share to reach the slots asked; then it answers "retry". It
-// is below every caller's own bound on a call to the leader
-// (leaderCallTimeout: 500ms more), so a slot is never granted to a caller
-// that already gave up on it.
+// maxHold bounds how long the pacer holds one request waiting for its
+// share to reach its first slot; then it answers "retry". It is below
+// every caller's own bound on a call to the leader (leaderCallTimeout:
+// 500ms more), so a slot is never granted to a caller that already gave
+// up on it.
 const maxHold = time.Second
 
 // scaled returns the key's GCRA parameters for slots in [a, b]: the rate
@@ -120,29 +120,33 @@ func (p *pacer) kickExtender() {
 	}
 }
 
-// hold is one request's stay in the pacer: it may wait for a horizon or
-// for its share, never past its deadline (maxHold, or the caller's maximum
-// wait if shorter), and reports how long it was held: the grant is at least
+// hold is one request's stay in the pacer: it may wait for its key's
+// horizon (a commit: milliseconds, at most maxHorizonHold) or for its
+// share to reach its first slot (at most maxHold, and not past the caller's
+// maximum wait), and reports how long it was held: the grant is at least
 // that long after the caller sent the request, which the caller counts in
-// the slots' use-by (a grant held on the leader is not a late grant).
+// the slots' use-by (a grant held on the leader is not a late grant). As
+// with the network's delay, the time held does not count against the
+// caller's maximum wait: a zero-wait reservation that waited 3 ms for a
+// horizon commit still gets the slot free at the grant.
 type hold struct {
-	entry, deadline int64
+	entry, share, horizon int64 // entry time and the two deadlines
 }
+
+// maxHorizonHold bounds a wait for a horizon commit; like maxHold it is
+// below the caller's bound on a leader call (leaderCallTimeout: 500ms at
+// least).
+const maxHorizonHold = 400 * time.Millisecond
 
 func (p *pacer) newHold(maxWait time.Duration) hold {
 	now := p.now()
-	return hold{entry: now, deadline: now + int64(min(max(maxWait, 0), maxHold))}
+	return hold{entry: now, share: now + int64(min(max(maxWait, 0), maxHold)), horizon: now + int64(maxHorizonHold)}
 }
 
-// maxWait is the caller's maximum wait left at now.
-func (h hold) maxWait(now int64, maxWait time.Duration) time.Duration {
-	return maxWait - time.Duration(now-h.entry)
-}
-
-// wait blocks until ch is closed, the deadline passes (retry: the caller
+// wait blocks until ch is closed, deadline passes (retry: the caller
 // asks again), ctx ends or the node closes. why names what it waited for.
-func (p *pacer) wait(h hold, ch <-chan struct{}, ctx context.Context, done <-chan struct{}, key, why string, retry error) error {
-	left := h.deadline - p.now()
+func (p *pacer) wait(deadline int64, ch <-chan struct{}, ctx context.Context, done <-chan struct{}, key, why string, retry error) error {
+	left := deadline - p.now()
 	if left <= 0 {
 		return retry
 	}
@@ -291,7 +295,6 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 		}
 		shareCh := p.shareWait() // before F is read: a renewal after is not missed
 		now := p.now()
-		left := h.maxWait(now, maxWait)
 		params, ok := p.scaled(ks, now, now)
 		var start, newTAT int64
 		if ok {
@@ -303,15 +306,15 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 		}
 		if !ok {
 			// As in lease: no waiting for a slot past the maximum wait.
-			if first := max(now, ks.tat) - ks.params.Tolerance - now; time.Duration(first) > left {
+			if first := max(now, ks.tat) - ks.params.Tolerance - now; time.Duration(first) > maxWait {
 				p.mu.Unlock()
-				return 0, 0, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: left}
+				return 0, 0, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
 			}
 			p.mu.Unlock()
 			if shareCh == nil {
 				return 0, 0, errNoShare
 			}
-			if err := p.wait(h, shareCh, ctx, done, key, "its share", errNoShare); err != nil {
+			if err := p.wait(h.share, shareCh, ctx, done, key, "its share", errNoShare); err != nil {
 				return 0, 0, err
 			}
 			continue
@@ -321,9 +324,9 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 			return 0, 0, fmt.Errorf("node: reserve %q: %w: %w", key, ErrInvalidRequest, err)
 		}
 		wait := time.Duration(start - now)
-		if wait > left || newTAT-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
+		if wait > maxWait || newTAT-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
 			p.mu.Unlock()
-			return 0, 0, &LimitExceededError{Key: key, Wait: wait, MaxWait: left}
+			return 0, 0, &LimitExceededError{Key: key, Wait: wait, MaxWait: maxWait}
 		}
 		ks.demand = now
 		if newTAT <= ks.horizon {
@@ -341,7 +344,7 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 		ch := ks.changed
 		p.mu.Unlock()
 		p.kickExtender()
-		if err := p.wait(h, ch, ctx, done, key, "its horizon", errRetry); err != nil {
+		if err := p.wait(h.horizon, ch, ctx, done, key, "its horizon", errRetry); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -392,7 +395,6 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 		}
 		shareCh := p.shareWait() // before F is read: a renewal after is not missed
 		now := p.now()
-		left := h.maxWait(now, maxWait)
 		tatp := max(now, ks.tat)
 		params, ok := p.scaled(ks, now, now)
 		if ok {
@@ -406,15 +408,15 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 			// promise): wait for the next renewal instead of having the
 			// caller poll, unless the slot is past the caller's maximum
 			// wait anyway (at the full rate it comes soonest).
-			if first := tatp - ks.params.Tolerance - now; time.Duration(first) > left {
+			if first := tatp - ks.params.Tolerance - now; time.Duration(first) > maxWait {
 				p.mu.Unlock()
-				return lease{}, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: left}
+				return lease{}, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
 			}
 			p.mu.Unlock()
 			if shareCh == nil {
 				return lease{}, errNoShare
 			}
-			if err := p.wait(h, shareCh, ctx, done, key, "its share", errNoShare); err != nil {
+			if err := p.wait(h.share, shareCh, ctx, done, key, "its share", errNoShare); err != nil {
 				return lease{}, err
 			}
 			continue
@@ -422,9 +424,9 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 		T, tau := params.Interval, params.Tolerance
 		base := tatp - tau - now
 		first := max(0, base)
-		if time.Duration(first) > left || tatp+T-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
+		if time.Duration(first) > maxWait || tatp+T-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
 			p.mu.Unlock()
-			return lease{}, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: left}
+			return lease{}, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
 		}
 		// Slots at once (burst left) plus one span at the full rate.
 		limit := int64(1)
@@ -468,7 +470,7 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 		ch := ks.changed
 		p.mu.Unlock()
 		p.kickExtender()
-		if err := p.wait(h, ch, ctx, done, key, "its horizon", errRetry); err != nil {
+		if err := p.wait(h.horizon, ch, ctx, done, key, "its horizon", errRetry); err != nil {
 			return lease{}, err
 		}
 	}

@@ -132,3 +132,38 @@ func TestPacer_ShareWaitIsBounded(t *testing.T) {
 		t.Fatalf("after the refusals: %+v, %v; want the slot 1.4s after the grant", l, err)
 	}
 }
+
+// A zero-wait reservation that waits for its key's horizon to be committed
+// is granted the slot free at the grant: the time held counts, like the
+// network's delay, in the use-by (Held), not against the maximum wait.
+func TestPacer_HorizonWaitDoesNotCountAgainstMaxWait(t *testing.T) {
+	clock := &testClock{}
+	clock.Store(1e12)
+	p := leadingPacer(t, clock.Load, fsm.Limit{Rate: 10, Burst: 1}, 20*time.Millisecond)
+	p.mu.Lock()
+	p.keys["k"].horizon = clock.Load() // no room: the next grant waits for an extension
+	p.mu.Unlock()
+	type result struct {
+		wait, held time.Duration
+		err        error
+	}
+	got := make(chan result, 1)
+	go func() {
+		w, h, err := p.reserve(context.Background(), nil, "k", 1, 0)
+		got <- result{w, h, err}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	clock.Add(int64(3 * time.Millisecond)) // the commit took 3 ms
+	p.mu.Lock()
+	p.keys["k"].horizon = clock.Load() + int64(time.Second)
+	p.keys["k"].wake()
+	p.mu.Unlock()
+	select {
+	case r := <-got:
+		if r.err != nil || r.wait != 0 || r.held != 3*time.Millisecond {
+			t.Fatalf("reserve = wait %v held %v, %v; want the slot at the grant, held 3ms", r.wait, r.held, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reservation still waits after the horizon moved")
+	}
+}
