@@ -189,10 +189,15 @@ func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Durat
 		at, useBy, r := kl.take(now, grace, remaining, n.cfg.Unsafe.SpendExpired)
 		switch r {
 		case taken:
-			if kl.fetch == nil && kl.queued < len(kl.q) && kl.covered(now) < max(2*kl.rtt, int64(n.cfg.LeaseSpan)/2) {
+			prefetchWait := n.cfg.HorizonAhead / 2
+			// A slot this far away means the key's queue is at least this
+			// deep: the next slot is later still, so a prefetch that
+			// accepts at most prefetchWait would only be refused (at 2/s
+			// it doubled the calls to the leader per event).
+			if kl.fetch == nil && kl.queued < len(kl.q) && at-now < int64(prefetchWait) && kl.covered(now) < max(2*kl.rtt, int64(n.cfg.LeaseSpan)/2) {
 				// Other nodes' blocks may come first: accept a next
 				// lease well into the horizon.
-				c.startFetch(kl, key, n.cfg.HorizonAhead/2)
+				c.startFetch(kl, key, prefetchWait)
 			}
 			kl.mu.Unlock()
 			return Reservation{At: n.epoch.Add(time.Duration(at)), UseBy: n.epoch.Add(time.Duration(useBy))}, nil
