@@ -142,8 +142,7 @@ func (n *Node) start() error {
 	n.pacer.granted = func(key string, count int) { n.grantedHist.add(key, count, time.Now()) }
 	n.leases = newLeaseCache(n)
 	n.shares = newShares(n.now, cfg.ShareTTL)
-	n.pacer.share = n.shares.fraction
-	n.pacer.shareChanged = n.shares.changes
+	n.pacer.shares = n.shares
 	n.fallback = newFallback(n)
 	n.fsm.onMembers = func() { n.shares.setMembers(n.state.Members()) }
 	n.fsm.onLimit = n.pacer.setLimit

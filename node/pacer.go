@@ -32,8 +32,8 @@ const maxHold = time.Second
 // and burst scaled by the fraction F the leader holds there.
 func (p *pacer) scaled(ks *keyState, a, b int64) (gcra.Params, bool) {
 	F := 1.0
-	if p.share != nil {
-		F = p.share(a, b)
+	if p.shares != nil {
+		F = p.shares.fraction(a, b)
 	}
 	if F <= 0 {
 		return gcra.Params{}, false
@@ -67,14 +67,11 @@ type pacer struct {
 	ahead int64
 	span  int64 // LeaseSpan: the most time one lease covers
 	fresh bool  // Unsafe.FreshStart: see Config
-	// share is F for slots in [a, b]: the part of each key's rate this
-	// leader may grant (see shares). nil means 1.
-	share func(a, b int64) float64
-	// shareChanged returns a channel closed at the next change of the
-	// shares (a renewal moves their reach forward); nil: they never change.
-	shareChanged func() <-chan struct{}
-	tracked      func(key string) (int64, bool) // the fsm adapter's local horizons
-	limits       func() map[string]fsm.Limit
+	// shares gives F, the part of each key's rate this leader may grant
+	// (see shares.go). nil means F = 1 always.
+	shares  shareSource
+	tracked func(key string) (int64, bool) // the fsm adapter's local horizons
+	limits  func() map[string]fsm.Limit
 	// granted is told of every grant (outside mu), for the history.
 	granted func(key string, count int)
 
@@ -164,13 +161,38 @@ func (p *pacer) wait(deadline int64, ch <-chan struct{}, ctx context.Context, do
 	}
 }
 
+// shareSource is what the pacer needs of the shares: F for slots in
+// [a, b], and a channel closed when their reach may have moved (a renewal
+// round ended).
+type shareSource interface {
+	fraction(a, b int64) float64
+	changes() <-chan struct{}
+}
+
 // shareWait returns the channel a request waits on for its share, or nil
-// (no waiting: errNoShare at once).
+// (no shares: F is always 1).
 func (p *pacer) shareWait() <-chan struct{} {
-	if p.shareChanged == nil {
+	if p.shares == nil {
 		return nil
 	}
-	return p.shareChanged()
+	return p.shares.changes()
+}
+
+// awaitShare takes a request whose first slot (at tatp) lies past the
+// shares' reach; p.mu is held and released here. A slot past the caller's
+// maximum wait is refused at once (at the full rate it comes soonest);
+// otherwise the request waits for ch (read before F, so a round that ended
+// since is not missed) until the hold's deadline. nil: ask again.
+func (p *pacer) awaitShare(ks *keyState, key string, now, tatp int64, maxWait time.Duration, h hold, ch <-chan struct{}, ctx context.Context, done <-chan struct{}) error {
+	first := tatp - ks.params.Tolerance - now
+	p.mu.Unlock()
+	if time.Duration(first) > maxWait {
+		return &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
+	}
+	if ch == nil {
+		return errNoShare
+	}
+	return p.wait(h.share, ch, ctx, done, key, "its share", errNoShare)
 }
 
 // wake releases every waiter so it re-reads the state.
@@ -293,7 +315,7 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 			p.mu.Unlock()
 			return 0, 0, fmt.Errorf("node: reserve %q: %w", key, ErrUnknownKey)
 		}
-		shareCh := p.shareWait() // before F is read: a renewal after is not missed
+		shareCh := p.shareWait() // before F is read: see awaitShare
 		now := p.now()
 		params, ok := p.scaled(ks, now, now)
 		var start, newTAT int64
@@ -305,16 +327,7 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 			}
 		}
 		if !ok {
-			// As in lease: no waiting for a slot past the maximum wait.
-			if first := max(now, ks.tat) - ks.params.Tolerance - now; time.Duration(first) > maxWait {
-				p.mu.Unlock()
-				return 0, 0, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
-			}
-			p.mu.Unlock()
-			if shareCh == nil {
-				return 0, 0, errNoShare
-			}
-			if err := p.wait(h.share, shareCh, ctx, done, key, "its share", errNoShare); err != nil {
+			if err := p.awaitShare(ks, key, now, max(now, ks.tat), maxWait, h, shareCh, ctx, done); err != nil {
 				return 0, 0, err
 			}
 			continue
@@ -393,7 +406,7 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 			p.mu.Unlock()
 			return lease{}, fmt.Errorf("node: lease %q: %w", key, ErrUnknownKey)
 		}
-		shareCh := p.shareWait() // before F is read: a renewal after is not missed
+		shareCh := p.shareWait() // before F is read: see awaitShare
 		now := p.now()
 		tatp := max(now, ks.tat)
 		params, ok := p.scaled(ks, now, now)
@@ -406,17 +419,8 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 			// Not even the first slot is in the share's reach (a slow
 			// key's queue runs further ahead than the last renewal's
 			// promise): wait for the next renewal instead of having the
-			// caller poll, unless the slot is past the caller's maximum
-			// wait anyway (at the full rate it comes soonest).
-			if first := tatp - ks.params.Tolerance - now; time.Duration(first) > maxWait {
-				p.mu.Unlock()
-				return lease{}, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
-			}
-			p.mu.Unlock()
-			if shareCh == nil {
-				return lease{}, errNoShare
-			}
-			if err := p.wait(h.share, shareCh, ctx, done, key, "its share", errNoShare); err != nil {
+			// caller poll.
+			if err := p.awaitShare(ks, key, now, tatp, maxWait, h, shareCh, ctx, done); err != nil {
 				return lease{}, err
 			}
 			continue

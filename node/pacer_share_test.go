@@ -20,8 +20,7 @@ func sharedPacer(t *testing.T) (*pacer, *shares, *testClock) {
 	p := leadingPacer(t, clock.Load, lim, 20*time.Millisecond)
 	s := newShares(clock.Load, 2*time.Second)
 	s.lead(threeMembers())
-	p.share = s.fraction
-	p.shareChanged = s.changes
+	p.shares = s
 	return p, s, clock
 }
 
