@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node"
 )
@@ -52,62 +53,62 @@ type Limit = fsm.Limit
 var (
 	// ErrLimitExceeded: the wait would exceed the maximum the caller allowed
 	// (Reserve's maxWait, or the context's deadline for Wait). Nothing was
-	// consumed. errors.As to *node.LimitExceededError gives the wait.
-	ErrLimitExceeded = node.ErrLimitExceeded
+	// consumed. errors.As to *raftpace.LimitExceededError gives the wait.
+	ErrLimitExceeded = raftpace.ErrLimitExceeded
 	// ErrUnknownKey: no limit is set for the key; raftpace never admits an
 	// event for a key it has no rate for.
-	ErrUnknownKey = node.ErrUnknownKey
+	ErrUnknownKey = raftpace.ErrUnknownKey
 	// ErrNoLeader: no leader could be reached before the context ended.
-	ErrNoLeader = node.ErrNoLeader
+	ErrNoLeader = raftpace.ErrNoLeader
 	// ErrClosed: the node is closed.
-	ErrClosed = node.ErrClosed
+	ErrClosed = raftpace.ErrClosed
 	// ErrInvalidRequest: a key, count or limit was invalid.
-	ErrInvalidRequest = node.ErrInvalidRequest
+	ErrInvalidRequest = raftpace.ErrInvalidRequest
 	// ErrPaused: the key is paused (see Pause) for longer than the maximum
 	// wait the caller allowed. Nothing was consumed. errors.As to
-	// *node.PausedError gives the remaining pause; it also matches
+	// *raftpace.PausedError gives the remaining pause; it also matches
 	// ErrLimitExceeded, so a caller that sheds on one sheds on the other.
-	ErrPaused = node.ErrPaused
+	ErrPaused = raftpace.ErrPaused
 	// ErrConcurrencyLimit: every slot of a key's concurrency cap stayed in
 	// use for the caller's whole maximum wait (Acquire). errors.As to
-	// *node.ConcurrencyLimitError names the full keys.
-	ErrConcurrencyLimit = node.ErrConcurrencyLimit
+	// *raftpace.ConcurrencyLimitError names the full keys.
+	ErrConcurrencyLimit = raftpace.ErrConcurrencyLimit
 	// ErrPolicyConflict: Register or RegisterCap found the key already set
 	// to other values; nothing was changed. errors.As to
-	// *node.PolicyConflictError names both.
-	ErrPolicyConflict = node.ErrPolicyConflict
+	// *raftpace.PolicyConflictError names both.
+	ErrPolicyConflict = raftpace.ErrPolicyConflict
 )
 
 // LimitExceededError carries the wait that exceeded the caller's maximum.
-type LimitExceededError = node.LimitExceededError
+type LimitExceededError = raftpace.LimitExceededError
 
 // PausedError carries the remaining pause of a key that outlasted the
 // caller's maximum wait.
-type PausedError = node.PausedError
+type PausedError = raftpace.PausedError
 
 // ConcurrencyLimitError names the keys whose caps stayed full for the
 // caller's maximum wait.
-type ConcurrencyLimitError = node.ConcurrencyLimitError
+type ConcurrencyLimitError = raftpace.ConcurrencyLimitError
 
 // PolicyConflictError names the values a registration asked for and the
 // values the cluster holds.
-type PolicyConflictError = node.PolicyConflictError
+type PolicyConflictError = raftpace.PolicyConflictError
 
 // Slot is a held concurrency slot on one or more keys: the holder must be
 // done with the guarded work by its Deadline, when the slot is reclaimed
 // however its holder fares.
-type Slot = node.Slot
+type Slot = raftpace.Slot
 
 // Reservation is a grant: use the events at At, and no later than UseBy.
-type Reservation = node.Reservation
+type Reservation = raftpace.Reservation
 
 // Backend grants reservations, pauses and concurrency slots, and stores
 // limits and caps. *node.Node implements it; its methods document the
 // semantics. Reserve must hold a caller while the key is paused (or return
-// a *node.PausedError past maxWait): Wait relies on it to obey pauses.
+// a *raftpace.PausedError past maxWait): Wait relies on it to obey pauses.
 type Backend interface {
-	Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (node.Reservation, error)
-	Forfeit(node.Reservation)
+	Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (raftpace.Reservation, error)
+	Forfeit(raftpace.Reservation)
 	SetLimit(ctx context.Context, key string, lim fsm.Limit) error
 	Limit(ctx context.Context, key string) (fsm.Limit, error)
 	Limits(ctx context.Context) (map[string]fsm.Limit, error)
@@ -115,8 +116,8 @@ type Backend interface {
 	Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error)
 	PausedFor(key string) time.Duration
 
-	AcquireSlots(ctx context.Context, keys []string, ttl, maxWait time.Duration) (node.Slot, error)
-	ReleaseSlot(ctx context.Context, s node.Slot) error
+	AcquireSlots(ctx context.Context, keys []string, ttl, maxWait time.Duration) (raftpace.Slot, error)
+	ReleaseSlot(ctx context.Context, s raftpace.Slot) error
 	SetCap(ctx context.Context, key string, max int) error
 	Cap(ctx context.Context, key string) (int, error)
 	Caps(ctx context.Context) (map[string]int, error)

@@ -7,21 +7,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/node"
 )
 
 // fakeBackend answers reservations from a script.
 type fakeBackend struct {
 	noGate
 	mu        sync.Mutex
-	grants    []node.Reservation
+	grants    []raftpace.Reservation
 	errs      []error
 	maxWaits  []time.Duration
 	forfeited int
 }
 
-func (f *fakeBackend) Reserve(_ context.Context, key string, count int, maxWait time.Duration) (node.Reservation, error) {
+func (f *fakeBackend) Reserve(_ context.Context, key string, count int, maxWait time.Duration) (raftpace.Reservation, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.maxWaits = append(f.maxWaits, maxWait)
@@ -29,14 +29,14 @@ func (f *fakeBackend) Reserve(_ context.Context, key string, count int, maxWait 
 		err := f.errs[0]
 		f.errs = f.errs[1:]
 		if err != nil {
-			return node.Reservation{}, err
+			return raftpace.Reservation{}, err
 		}
 	}
 	g := f.grants[0]
 	f.grants = f.grants[1:]
 	return g, nil
 }
-func (f *fakeBackend) Forfeit(node.Reservation) {
+func (f *fakeBackend) Forfeit(raftpace.Reservation) {
 	f.mu.Lock()
 	f.forfeited++
 	f.mu.Unlock()
@@ -55,19 +55,19 @@ func (noGate) Pause(context.Context, string, time.Duration) (time.Duration, erro
 	return 0, errors.New("no gate")
 }
 func (noGate) PausedFor(string) time.Duration { return 0 }
-func (noGate) AcquireSlots(_ context.Context, keys []string, _, _ time.Duration) (node.Slot, error) {
-	return node.Slot{}, node.ErrUnknownKey
+func (noGate) AcquireSlots(_ context.Context, keys []string, _, _ time.Duration) (raftpace.Slot, error) {
+	return raftpace.Slot{}, raftpace.ErrUnknownKey
 }
-func (noGate) ReleaseSlot(context.Context, node.Slot) error { return nil }
-func (noGate) SetCap(context.Context, string, int) error    { return errors.New("no caps") }
-func (noGate) Cap(context.Context, string) (int, error)     { return 0, node.ErrUnknownKey }
-func (noGate) Caps(context.Context) (map[string]int, error) { return nil, nil }
+func (noGate) ReleaseSlot(context.Context, raftpace.Slot) error { return nil }
+func (noGate) SetCap(context.Context, string, int) error        { return errors.New("no caps") }
+func (noGate) Cap(context.Context, string) (int, error)         { return 0, raftpace.ErrUnknownKey }
+func (noGate) Caps(context.Context) (map[string]int, error)     { return nil, nil }
 
 // A grant whose UseBy has passed when the waiter wakes is forfeited and a
 // new one reserved: a late slot is never used.
 func TestWait_ForfeitsSlotWokenTooLate(t *testing.T) {
 	now := time.Now()
-	f := &fakeBackend{grants: []node.Reservation{
+	f := &fakeBackend{grants: []raftpace.Reservation{
 		{At: now, UseBy: now.Add(-time.Millisecond)}, // already too late
 		{At: now, UseBy: now.Add(time.Hour)},
 	}}
@@ -81,7 +81,7 @@ func TestWait_ForfeitsSlotWokenTooLate(t *testing.T) {
 
 func TestWait_CancelForfeits(t *testing.T) {
 	now := time.Now()
-	f := &fakeBackend{grants: []node.Reservation{{At: now.Add(time.Hour), UseBy: now.Add(2 * time.Hour)}}}
+	f := &fakeBackend{grants: []raftpace.Reservation{{At: now.Add(time.Hour), UseBy: now.Add(2 * time.Hour)}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
 	err := New(f).Wait(ctx, "k")
@@ -96,7 +96,7 @@ func TestWait_CancelForfeits(t *testing.T) {
 // Wait passes the context's deadline as the maximum wait, so the node can
 // shed at once instead of queueing past it.
 func TestWait_DeadlineIsMaxWait(t *testing.T) {
-	f := &fakeBackend{errs: []error{&node.LimitExceededError{Key: "k", Wait: time.Second}}}
+	f := &fakeBackend{errs: []error{&raftpace.LimitExceededError{Key: "k", Wait: time.Second}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	err := New(f).Wait(ctx, "k")
@@ -110,7 +110,7 @@ func TestWait_DeadlineIsMaxWait(t *testing.T) {
 
 func TestReserve_ReturnsDelay(t *testing.T) {
 	now := time.Now()
-	f := &fakeBackend{grants: []node.Reservation{{At: now.Add(300 * time.Millisecond), UseBy: now.Add(time.Second)}}}
+	f := &fakeBackend{grants: []raftpace.Reservation{{At: now.Add(300 * time.Millisecond), UseBy: now.Add(time.Second)}}}
 	d, err := New(f).Reserve(context.Background(), "k", time.Second)
 	if err != nil {
 		t.Fatal(err)

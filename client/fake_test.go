@@ -7,20 +7,20 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/node"
 )
 
 // memBackend is an in-memory Backend. Its Reserve grants at once but
 // honours pauses as the node does: it waits a pause out, or returns a
-// *node.PausedError if the pause outlasts maxWait. Slots obey caps. It
+// *raftpace.PausedError if the pause outlasts maxWait. Slots obey caps. It
 // records the calls the tests look at.
 type memBackend struct {
 	mu     sync.Mutex
 	limits map[string]fsm.Limit
 	caps   map[string]int
-	pauses map[string]time.Time // key -> end
-	held   map[string]node.Slot // id -> slot
+	pauses map[string]time.Time     // key -> end
+	held   map[string]raftpace.Slot // id -> slot
 	seq    int
 
 	reserveErr error // returned by Reserve when set
@@ -32,7 +32,7 @@ type memBackend struct {
 
 	calls       []string // "reserve k", "acquire [k]", "release id", "pause k"
 	pauseCalls  []pauseCall
-	acquired    []node.Slot
+	acquired    []raftpace.Slot
 	acquireWait []time.Duration
 	released    map[string]int // id -> ReleaseSlot calls
 	releaseCtx  []releaseCtx
@@ -57,7 +57,7 @@ func newMem() *memBackend {
 		limits:   map[string]fsm.Limit{},
 		caps:     map[string]int{},
 		pauses:   map[string]time.Time{},
-		held:     map[string]node.Slot{},
+		held:     map[string]raftpace.Slot{},
 		released: map[string]int{},
 	}
 }
@@ -66,33 +66,33 @@ func (m *memBackend) record(s string) {
 	m.calls = append(m.calls, s)
 }
 
-func (m *memBackend) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (node.Reservation, error) {
+func (m *memBackend) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (raftpace.Reservation, error) {
 	m.mu.Lock()
 	m.record("reserve " + key)
 	if m.reserveErr != nil {
 		err := m.reserveErr
 		m.mu.Unlock()
-		return node.Reservation{}, err
+		return raftpace.Reservation{}, err
 	}
 	end := m.pauses[key]
 	m.mu.Unlock()
 	if p := time.Until(end); p > 0 {
 		if p > maxWait {
-			return node.Reservation{}, &node.PausedError{Key: key, Remaining: p, MaxWait: maxWait}
+			return raftpace.Reservation{}, &raftpace.PausedError{Key: key, Remaining: p, MaxWait: maxWait}
 		}
 		t := time.NewTimer(p)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return node.Reservation{}, ctx.Err()
+			return raftpace.Reservation{}, ctx.Err()
 		}
 	}
 	now := time.Now()
-	return node.Reservation{At: now, UseBy: now.Add(time.Hour)}, nil
+	return raftpace.Reservation{At: now, UseBy: now.Add(time.Hour)}, nil
 }
 
-func (m *memBackend) Forfeit(node.Reservation) {}
+func (m *memBackend) Forfeit(raftpace.Reservation) {}
 
 func (m *memBackend) SetLimit(_ context.Context, key string, lim fsm.Limit) error {
 	m.mu.Lock()
@@ -110,7 +110,7 @@ func (m *memBackend) Limit(_ context.Context, key string) (fsm.Limit, error) {
 	defer m.mu.Unlock()
 	l, ok := m.limits[key]
 	if !ok {
-		return fsm.Limit{}, fmt.Errorf("mem: limit %q: %w", key, node.ErrUnknownKey)
+		return fsm.Limit{}, fmt.Errorf("mem: limit %q: %w", key, raftpace.ErrUnknownKey)
 	}
 	return l, nil
 }
@@ -153,7 +153,7 @@ func (m *memBackend) clearPauses() {
 	clear(m.pauses)
 }
 
-func (m *memBackend) AcquireSlots(ctx context.Context, keys []string, ttl, maxWait time.Duration) (node.Slot, error) {
+func (m *memBackend) AcquireSlots(ctx context.Context, keys []string, ttl, maxWait time.Duration) (raftpace.Slot, error) {
 	deadline := time.Now().Add(maxWait)
 	for {
 		m.mu.Lock()
@@ -163,7 +163,7 @@ func (m *memBackend) AcquireSlots(ctx context.Context, keys []string, ttl, maxWa
 			c, ok := m.caps[k]
 			if !ok {
 				m.mu.Unlock()
-				return node.Slot{}, fmt.Errorf("mem: acquire %q: %w", k, node.ErrUnknownKey)
+				return raftpace.Slot{}, fmt.Errorf("mem: acquire %q: %w", k, raftpace.ErrUnknownKey)
 			}
 			used := 0
 			for _, s := range m.held {
@@ -177,7 +177,7 @@ func (m *memBackend) AcquireSlots(ctx context.Context, keys []string, ttl, maxWa
 		}
 		if len(full) == 0 {
 			m.seq++
-			s := node.Slot{ID: fmt.Sprintf("s%d", m.seq), Keys: slices.Clone(keys), Deadline: time.Now().Add(ttl)}
+			s := raftpace.Slot{ID: fmt.Sprintf("s%d", m.seq), Keys: slices.Clone(keys), Deadline: time.Now().Add(ttl)}
 			m.held[s.ID] = s
 			m.acquired = append(m.acquired, s)
 			m.record(fmt.Sprintf("acquire %q", keys))
@@ -187,19 +187,19 @@ func (m *memBackend) AcquireSlots(ctx context.Context, keys []string, ttl, maxWa
 		m.mu.Unlock()
 		left := time.Until(deadline)
 		if left <= 0 {
-			return node.Slot{}, &node.ConcurrencyLimitError{Keys: keys, Full: full, MaxWait: maxWait}
+			return raftpace.Slot{}, &raftpace.ConcurrencyLimitError{Keys: keys, Full: full, MaxWait: maxWait}
 		}
 		select {
 		case <-time.After(min(left, 5*time.Millisecond)):
 		case <-ctx.Done():
 			if time.Now().Before(deadline) {
-				return node.Slot{}, ctx.Err()
+				return raftpace.Slot{}, ctx.Err()
 			}
 		}
 	}
 }
 
-func (m *memBackend) ReleaseSlot(ctx context.Context, s node.Slot) error {
+func (m *memBackend) ReleaseSlot(ctx context.Context, s raftpace.Slot) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.record("release " + s.ID)
@@ -227,7 +227,7 @@ func (m *memBackend) Cap(_ context.Context, key string) (int, error) {
 	m.capLookups++
 	c, ok := m.caps[key]
 	if !ok {
-		return 0, fmt.Errorf("mem: cap %q: %w", key, node.ErrUnknownKey)
+		return 0, fmt.Errorf("mem: cap %q: %w", key, raftpace.ErrUnknownKey)
 	}
 	return c, nil
 }
@@ -243,7 +243,7 @@ func (m *memBackend) Caps(context.Context) (map[string]int, error) {
 }
 
 // snapshot returns copies of the recorded calls.
-func (m *memBackend) snapshot() (calls []string, pauses []pauseCall, acquired []node.Slot, released map[string]int) {
+func (m *memBackend) snapshot() (calls []string, pauses []pauseCall, acquired []raftpace.Slot, released map[string]int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	released = make(map[string]int, len(m.released))

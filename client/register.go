@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node"
 )
@@ -84,14 +85,14 @@ func limitConflict(key string, want, cur Limit) error {
 	if want == cur {
 		return nil
 	}
-	return &node.PolicyConflictError{Key: key, Registered: formatLimit(want), Current: formatLimit(cur)}
+	return &raftpace.PolicyConflictError{Key: key, Registered: formatLimit(want), Current: formatLimit(cur)}
 }
 
 func capConflict(key string, want, cur int) error {
 	if want == cur {
 		return nil
 	}
-	return &node.PolicyConflictError{Key: key, Registered: formatCap(want), Current: formatCap(cur)}
+	return &raftpace.PolicyConflictError{Key: key, Registered: formatCap(want), Current: formatCap(cur)}
 }
 
 func formatLimit(l Limit) string {

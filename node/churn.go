@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 )
 
@@ -51,7 +52,7 @@ const leaveTimeout = 15 * time.Second
 // admits again; the caller may then Close it (the others see a failure).
 func (n *Node) Leave(ctx context.Context) error {
 	if n.closed() {
-		return ErrClosed
+		return raftpace.ErrClosed
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -72,7 +73,7 @@ func (n *Node) Leave(ctx context.Context) error {
 		}
 	}
 	if !n.departing.CompareAndSwap(false, true) {
-		return fmt.Errorf("node: leave: %w: already leaving", ErrInvalidRequest)
+		return fmt.Errorf("node: leave: %w: already leaving", raftpace.ErrInvalidRequest)
 	}
 	begin := time.Now()
 	busy := n.fallback.depart()
@@ -140,7 +141,7 @@ func (n *Node) departSelf(busy time.Duration) (uint64, error) {
 		select {
 		case <-time.After(busy):
 		case <-n.ctx.Done():
-			return 0, ErrClosed
+			return 0, raftpace.ErrClosed
 		}
 	}
 	// Held until it is out of raft too: syncMembers would otherwise add it

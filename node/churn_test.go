@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/node"
@@ -42,7 +43,7 @@ func TestChurn_LeaderLeavesWithoutAGap(t *testing.T) {
 				for loadCtx.Err() == nil {
 					r, err := n.Reserve(loadCtx, "k", 1, time.Second)
 					if err != nil {
-						if !errors.Is(err, node.ErrLimitExceeded) && !errors.Is(err, node.ErrNoLeader) && loadCtx.Err() == nil {
+						if !errors.Is(err, raftpace.ErrLimitExceeded) && !errors.Is(err, raftpace.ErrNoLeader) && loadCtx.Err() == nil {
 							time.Sleep(5 * time.Millisecond)
 						}
 						continue

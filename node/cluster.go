@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/logging"
 )
@@ -638,7 +639,7 @@ func (n *Node) syncMembers() error {
 // removeServer removes id from raft; it runs on the leader.
 func (n *Node) removeServer(id string) (uint64, error) {
 	if err := fsm.ValidateID(id); err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return 0, fmt.Errorf("%w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	if n.raft.State() != raft.Leader {
 		return 0, errNotLeader
@@ -658,11 +659,11 @@ func (n *Node) removeServer(id string) (uint64, error) {
 // leader then adds it to raft. It returns how many addresses answered.
 func (n *Node) Join(ctx context.Context, addrs []string) (int, error) {
 	if len(addrs) == 0 {
-		return 0, fmt.Errorf("node: join: %w: no addresses", ErrInvalidRequest)
+		return 0, fmt.Errorf("node: join: %w: no addresses", raftpace.ErrInvalidRequest)
 	}
 	for _, a := range addrs {
 		if _, _, err := splitHostPort(a); err != nil {
-			return 0, fmt.Errorf("node: join: %w: address %q: must be host:port", ErrInvalidRequest, a)
+			return 0, fmt.Errorf("node: join: %w: address %q: must be host:port", raftpace.ErrInvalidRequest, a)
 		}
 	}
 	if err := ctx.Err(); err != nil {

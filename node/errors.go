@@ -1,109 +1,14 @@
 package node
 
-import (
-	"errors"
-	"fmt"
-	"time"
-)
+import "errors"
 
-// Errors returned by a Node. Detailed errors wrap one of these; test with
-// errors.Is (and errors.As for *LimitExceededError).
+// Errors of a Node's own (the errors a request can end in are package
+// raftpace's).
 var (
-	// ErrLimitExceeded: the wait for the requested events exceeds the
-	// caller's maximum wait. Nothing was consumed.
-	ErrLimitExceeded = errors.New("limit exceeded")
-	// ErrUnknownKey: no limit is set for the key. raftpace never admits an
-	// event for a key it has no rate for: set the limit first.
-	ErrUnknownKey = errors.New("unknown key")
-	// ErrNoLeader: no leader could be reached before the context ended.
-	ErrNoLeader = errors.New("no leader")
-	// ErrClosed: the node has been closed.
-	ErrClosed = errors.New("node closed")
 	// ErrInvalidConfig: Config failed validation.
 	ErrInvalidConfig = errors.New("invalid config")
-	// ErrInvalidRequest: a request's arguments were invalid (count, key, limit).
-	ErrInvalidRequest = errors.New("invalid request")
-	// ErrStopped: the node has had no leader for longer than its fallback
-	// budget (Config.FallbackFor) and admits nothing until one renews its
-	// share. The fleet fails closed rather than risk the ceiling.
-	ErrStopped = errors.New("stopped: fallback budget exhausted")
 	// ErrLastVoter: Leave refused to remove the cluster's only voter (the
 	// last member of a cluster shutting down): stop it with Close instead;
 	// its state stays in the data dir.
 	ErrLastVoter = errors.New("the cluster's only voter cannot leave")
 )
-
-// LimitExceededError is returned when the wait would exceed the maximum the
-// caller allowed. Wait is the delay the events would have needed at the time
-// of the request; it is a hint, not a reservation.
-type LimitExceededError struct {
-	Key     string
-	Wait    time.Duration
-	MaxWait time.Duration
-}
-
-func (e *LimitExceededError) Error() string {
-	return fmt.Sprintf("node: reserve %q: limit exceeded: would wait %v, maximum %v", e.Key, e.Wait, e.MaxWait)
-}
-
-func (e *LimitExceededError) Unwrap() error { return ErrLimitExceeded }
-
-var (
-	// ErrPaused: the key is paused (a remote side refused and said when to
-	// come back, see Node.Pause) for longer than the caller's maximum wait.
-	// Nothing was consumed and nothing was sent. A *PausedError carries the
-	// remaining pause; it also matches ErrLimitExceeded, since a caller that
-	// sheds on one should shed on the other.
-	ErrPaused = errors.New("paused")
-	// ErrConcurrencyLimit: every slot of a key's concurrency cap stayed in
-	// use for the caller's whole maximum wait.
-	ErrConcurrencyLimit = errors.New("concurrency limit")
-	// ErrPolicyConflict: Register found the key already set to other values.
-	ErrPolicyConflict = errors.New("policy conflict")
-)
-
-// PausedError is returned when a key's pause outlasts the caller's maximum
-// wait. Remaining is the pause left when the request was refused, as this
-// node measured it.
-type PausedError struct {
-	Key       string
-	Remaining time.Duration
-	MaxWait   time.Duration
-}
-
-func (e *PausedError) Error() string {
-	return fmt.Sprintf("node: %q is paused for another %v (maximum wait %v)", e.Key, e.Remaining.Round(time.Millisecond), e.MaxWait)
-}
-
-// Is makes a PausedError match both ErrPaused and ErrLimitExceeded.
-func (e *PausedError) Is(target error) bool {
-	return target == ErrPaused || target == ErrLimitExceeded
-}
-
-// ConcurrencyLimitError is returned when no slot of Keys' caps came free
-// within the caller's maximum wait. Full names the keys whose caps were full
-// at the last attempt.
-type ConcurrencyLimitError struct {
-	Keys    []string
-	Full    []string
-	MaxWait time.Duration
-}
-
-func (e *ConcurrencyLimitError) Error() string {
-	return fmt.Sprintf("node: acquire slot on %q: concurrency limit: %q full for the maximum wait %v", e.Keys, e.Full, e.MaxWait)
-}
-
-func (e *ConcurrencyLimitError) Unwrap() error { return ErrConcurrencyLimit }
-
-// PolicyConflictError is returned by Register when the cluster already
-// holds other values for the key. Nothing was changed.
-type PolicyConflictError struct {
-	Key                 string
-	Registered, Current string
-}
-
-func (e *PolicyConflictError) Error() string {
-	return fmt.Sprintf("node: register %q: policy conflict: registering %s, but the cluster has %s (change it with `raftpace limit set` or `raftpace slots set`)", e.Key, e.Registered, e.Current)
-}
-
-func (e *PolicyConflictError) Unwrap() error { return ErrPolicyConflict }

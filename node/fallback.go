@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/gcra"
 	"github.com/raftpace/raftpace/internal/pgstore"
@@ -330,13 +331,13 @@ func (fb *fallback) heard(sent int64, fenced bool) {
 
 // reserve paces count events of key locally at this node's fraction of
 // the key's rate, with its share of the burst (at least one).
-func (fb *fallback) reserve(key string, count int, maxWait time.Duration) (Reservation, error) {
+func (fb *fallback) reserve(key string, count int, maxWait time.Duration) (raftpace.Reservation, error) {
 	lim, ok := fb.n.state.Limit(key)
 	if !ok {
 		// This node may not have applied the limit yet: only the leader
 		// can say the key is unknown. If no leader answers, the caller
 		// gets ErrNoLeader; fallback never admits a key it has no rate for.
-		return Reservation{}, errNotLeader
+		return raftpace.Reservation{}, errNotLeader
 	}
 	fb.mu.Lock()
 	now := fb.n.now()
@@ -344,13 +345,13 @@ func (fb *fallback) reserve(key string, count int, maxWait time.Duration) (Reser
 	switch {
 	case m == ModeStopped:
 		fb.mu.Unlock()
-		return Reservation{}, fmt.Errorf("node: reserve %q: %w", key, ErrStopped)
+		return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w", key, raftpace.ErrStopped)
 	case m == ModeRaft:
 		fb.mu.Unlock()
-		return Reservation{}, errNotLeader // back in raft mode: go through the leader
+		return raftpace.Reservation{}, errNotLeader // back in raft mode: go through the leader
 	case fb.pending:
 		fb.mu.Unlock()
-		return Reservation{}, errPoolPending
+		return raftpace.Reservation{}, errPoolPending
 	case m == ModePooled:
 		fb.mu.Unlock()
 		return fb.reservePooled(key, lim, count, maxWait)
@@ -360,7 +361,7 @@ func (fb *fallback) reserve(key string, count int, maxWait time.Duration) (Reser
 	if f <= 0 {
 		// No fraction of its own (a new member): only the leader's grants
 		// can serve it, and those are always safe to use.
-		return Reservation{}, errNotLeader
+		return raftpace.Reservation{}, errNotLeader
 	}
 	burst := max(1, int(math.Floor(f*float64(lim.Burst))))
 	interval := int64(math.Ceil(float64(lim.Interval()) / f))
@@ -374,20 +375,20 @@ func (fb *fallback) reserve(key string, count int, maxWait time.Duration) (Reser
 	tat = max(tat, fb.localFrom+p.Tolerance)
 	start, next, err := gcra.Reserve(tat, p, now, count)
 	if err != nil {
-		return Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, ErrInvalidRequest, err)
+		return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, raftpace.ErrInvalidRequest, err)
 	}
 	if lic := fb.licence.Load(); fb.n.cfg.witnessed() && start >= lic {
 		// A leader may count this fraction from the licence's end on.
-		return Reservation{}, fmt.Errorf("node: reserve %q: %w: cut off from the leader and from postgres; local pacing is licensed only until %v after the last heartbeat postgres accepted",
-			key, ErrStopped, fb.n.cfg.WitnessTTL)
+		return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: cut off from the leader and from postgres; local pacing is licensed only until %v after the last heartbeat postgres accepted",
+			key, raftpace.ErrStopped, fb.n.cfg.WitnessTTL)
 	}
 	if time.Duration(start-now) > maxWait {
-		return Reservation{}, &LimitExceededError{Key: key, Wait: time.Duration(start - now), MaxWait: maxWait}
+		return raftpace.Reservation{}, &raftpace.LimitExceededError{Key: key, Wait: time.Duration(start - now), MaxWait: maxWait}
 	}
 	fb.keys[key] = next
 	fb.lastSlot = max(fb.lastSlot, start)
 	at := fb.n.epoch.Add(time.Duration(start))
-	return Reservation{At: at, UseBy: at.Add(fb.n.cfg.UseGrace)}, nil
+	return raftpace.Reservation{At: at, UseBy: at.Add(fb.n.cfg.UseGrace)}, nil
 }
 
 // watch moves the mode along on time, so transitions are logged when they
@@ -513,7 +514,7 @@ func (fb *fallback) poolLostLocked(err error) {
 }
 
 // reservePooled reserves from the pool's cursor.
-func (fb *fallback) reservePooled(key string, lim fsm.Limit, count int, maxWait time.Duration) (Reservation, error) {
+func (fb *fallback) reservePooled(key string, lim fsm.Limit, count int, maxWait time.Duration) (raftpace.Reservation, error) {
 	ctx, cancel := context.WithTimeout(fb.n.ctx, 2*time.Second)
 	defer cancel()
 	sent := fb.n.now()
@@ -523,31 +524,31 @@ func (fb *fallback) reservePooled(key string, lim fsm.Limit, count int, maxWait 
 		var le *pgstore.LimitExceededError
 		switch {
 		case errors.As(err, &le):
-			return Reservation{}, &LimitExceededError{Key: key, Wait: le.Wait, MaxWait: maxWait}
+			return raftpace.Reservation{}, &raftpace.LimitExceededError{Key: key, Wait: le.Wait, MaxWait: maxWait}
 		case errors.Is(err, pgstore.ErrNotInPool):
 			fb.mu.Lock()
 			fb.pending = true // rejoin at the next tick
 			fb.mu.Unlock()
-			return Reservation{}, errPoolPending
+			return raftpace.Reservation{}, errPoolPending
 		case errors.Is(err, pgstore.ErrInvalid):
-			return Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, ErrInvalidRequest, err)
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, raftpace.ErrInvalidRequest, err)
 		default:
 			fb.mu.Lock()
 			if fb.poolExpiringLocked(recv) {
 				fb.poolLostLocked(err)
 			}
 			fb.mu.Unlock()
-			return Reservation{}, errPoolPending
+			return raftpace.Reservation{}, errPoolPending
 		}
 	}
 	if recv-sent > int64(fb.n.cfg.UseGrace) {
-		return Reservation{}, errPoolPending // arrived too late to use: ask again
+		return raftpace.Reservation{}, errPoolPending // arrived too late to use: ask again
 	}
 	fb.mu.Lock()
 	fb.lastSlot = max(fb.lastSlot, recv+int64(wait))
 	fb.mu.Unlock()
 	at := fb.n.epoch.Add(time.Duration(recv) + wait)
-	return Reservation{At: at, UseBy: fb.n.epoch.Add(time.Duration(sent) + wait + fb.n.cfg.UseGrace)}, nil
+	return raftpace.Reservation{At: at, UseBy: fb.n.epoch.Add(time.Duration(sent) + wait + fb.n.cfg.UseGrace)}, nil
 }
 
 // joinTimeout bounds one JoinPool call (and so how long after it was sent
@@ -599,26 +600,26 @@ func (fb *fallback) leavePoolAsync() {
 // slot the leader granted before this node's share lapsed has expired), and
 // each key has room. The slot ends by the time fallback stops. errNotLeader:
 // back in raft mode. ErrConcurrencyLimit: no room (yet); the caller waits.
-func (fb *fallback) acquireSlots(id string, keys []string, ttl time.Duration) (Slot, []string, error) {
+func (fb *fallback) acquireSlots(id string, keys []string, ttl time.Duration) (raftpace.Slot, []string, error) {
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
 	now := fb.n.now()
 	switch fb.advanceLocked(now) {
 	case ModeRaft:
-		return Slot{}, nil, errNotLeader
+		return raftpace.Slot{}, nil, errNotLeader
 	case ModeStopped:
-		return Slot{}, nil, fmt.Errorf("node: acquire slots %q: %w", keys, ErrStopped)
+		return raftpace.Slot{}, nil, fmt.Errorf("node: acquire slots %q: %w", keys, raftpace.ErrStopped)
 	}
 	if from := fb.since + int64(fb.n.cfg.MaxSlotTTL); now < from {
-		return Slot{}, keys, fmt.Errorf("%w: in fallback, this node grants slots from its fraction of the caps only from %v after losing its leader (Config.MaxSlotTTL), %v from now",
-			ErrConcurrencyLimit, fb.n.cfg.MaxSlotTTL, time.Duration(from-now).Round(time.Millisecond))
+		return raftpace.Slot{}, keys, fmt.Errorf("%w: in fallback, this node grants slots from its fraction of the caps only from %v after losing its leader (Config.MaxSlotTTL), %v from now",
+			raftpace.ErrConcurrencyLimit, fb.n.cfg.MaxSlotTTL, time.Duration(from-now).Round(time.Millisecond))
 	}
 	f := fb.fraction()
 	var full []string
 	for _, key := range keys {
 		c, ok := fb.n.state.Cap(key)
 		if !ok {
-			return Slot{}, nil, fmt.Errorf("node: acquire slot %q: %w: no concurrency cap is set for it", key, ErrUnknownKey)
+			return raftpace.Slot{}, nil, fmt.Errorf("node: acquire slot %q: %w: no concurrency cap is set for it", key, raftpace.ErrUnknownKey)
 		}
 		room := int(math.Floor(f * float64(c)))
 		inUse := 0
@@ -632,14 +633,14 @@ func (fb *fallback) acquireSlots(id string, keys []string, ttl time.Duration) (S
 		}
 	}
 	if len(full) > 0 {
-		return Slot{}, full, fmt.Errorf("%w: in fallback, this node's fraction %.3f of the caps of %q is in use", ErrConcurrencyLimit, f, full)
+		return raftpace.Slot{}, full, fmt.Errorf("%w: in fallback, this node's fraction %.3f of the caps of %q is in use", raftpace.ErrConcurrencyLimit, f, full)
 	}
 	end := min(now+int64(ttl), fb.promiseAt()+int64(fb.n.cfg.FallbackFor))
 	if fb.n.cfg.witnessed() {
 		end = min(now+int64(ttl), fb.licence.Load()) // what a fencing leader waits for
 	}
 	if end <= now {
-		return Slot{}, nil, fmt.Errorf("node: acquire slots %q: %w", keys, ErrStopped)
+		return raftpace.Slot{}, nil, fmt.Errorf("node: acquire slots %q: %w", keys, raftpace.ErrStopped)
 	}
 	if fb.slots == nil {
 		fb.slots = make(map[string]localSlot)
@@ -651,7 +652,7 @@ func (fb *fallback) acquireSlots(id string, keys []string, ttl time.Duration) (S
 	}
 	fb.slots[id] = localSlot{keys: keys, expires: end}
 	fb.slotEnd = max(fb.slotEnd, end)
-	return Slot{ID: id, Keys: keys, Deadline: fb.n.epoch.Add(time.Duration(end))}, nil, nil
+	return raftpace.Slot{ID: id, Keys: keys, Deadline: fb.n.epoch.Add(time.Duration(end))}, nil, nil
 }
 
 // releaseSlot gives back a fallback slot. slotEnd stays: the leader keeps

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 )
 
@@ -91,10 +92,10 @@ func (d *deadlines) extend(key string, end, now int64) {
 // callers off for d.
 func (n *Node) Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error) {
 	if err := fsm.ValidateKey(key); err != nil {
-		return 0, fmt.Errorf("node: pause: %w: %w", ErrInvalidRequest, err)
+		return 0, fmt.Errorf("node: pause: %w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	if d <= 0 || d > fsm.MaxPause {
-		return 0, fmt.Errorf("node: pause %q: %w: duration %v must be in (0, %v]", key, ErrInvalidRequest, d, fsm.MaxPause)
+		return 0, fmt.Errorf("node: pause %q: %w: duration %v must be in (0, %v]", key, raftpace.ErrInvalidRequest, d, fsm.MaxPause)
 	}
 	now := n.now()
 	n.pausedHere.extend(key, now+int64(d), now)
@@ -216,7 +217,7 @@ func (n *Node) gate(ctx context.Context, key string, maxWait time.Duration) erro
 			return nil
 		}
 		if p > maxWait-time.Since(start) {
-			return &PausedError{Key: key, Remaining: p, MaxWait: maxWait}
+			return &raftpace.PausedError{Key: key, Remaining: p, MaxWait: maxWait}
 		}
 		if err := sleepCtx(ctx, n.ctx, p); err != nil {
 			return fmt.Errorf("node: reserve %q: waiting out its pause: %w", key, err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/client"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/testcluster"
@@ -41,8 +42,8 @@ func TestPause_HoldsEveryNodeAndOnlyItsKey(t *testing.T) {
 	}
 	for i := range c.Size() {
 		_, err := c.Node(i).Reserve(ctx, "acme", 1, 100*time.Millisecond)
-		var pe *node.PausedError
-		if !errors.As(err, &pe) || !errors.Is(err, node.ErrPaused) || !errors.Is(err, node.ErrLimitExceeded) {
+		var pe *raftpace.PausedError
+		if !errors.As(err, &pe) || !errors.Is(err, raftpace.ErrPaused) || !errors.Is(err, raftpace.ErrLimitExceeded) {
 			t.Fatalf("node %d: Reserve during pause = %v, want a *PausedError matching ErrPaused and ErrLimitExceeded", i, err)
 		}
 		if pe.Remaining < time.Second || pe.Remaining > 3*time.Second {
@@ -100,11 +101,11 @@ func TestPause_BadInput(t *testing.T) {
 	c := testcluster.New(t, 1)
 	ctx := testcluster.Ctx(t, 10*time.Second)
 	for _, d := range []time.Duration{0, -time.Second, fsm.MaxPause + 1} {
-		if _, err := c.Node(0).Pause(ctx, "k", d); !errors.Is(err, node.ErrInvalidRequest) {
+		if _, err := c.Node(0).Pause(ctx, "k", d); !errors.Is(err, raftpace.ErrInvalidRequest) {
 			t.Errorf("Pause(%v) = %v, want ErrInvalidRequest", d, err)
 		}
 	}
-	if _, err := c.Node(0).Pause(ctx, "", time.Second); !errors.Is(err, node.ErrInvalidRequest) {
+	if _, err := c.Node(0).Pause(ctx, "", time.Second); !errors.Is(err, raftpace.ErrInvalidRequest) {
 		t.Errorf("Pause of an empty key = %v, want ErrInvalidRequest", err)
 	}
 }
@@ -157,7 +158,7 @@ func holdSlots(ctx context.Context, t *testing.T, c *testcluster.Cluster, worker
 				for ctx.Err() == nil {
 					s, err := n.AcquireSlots(ctx, keys(w), 5*time.Second, 2*time.Second)
 					if err != nil {
-						if ctx.Err() == nil && !errors.Is(err, node.ErrConcurrencyLimit) {
+						if ctx.Err() == nil && !errors.Is(err, raftpace.ErrConcurrencyLimit) {
 							t.Errorf("acquire: %v", err)
 						}
 						continue
@@ -227,8 +228,8 @@ func TestSlots_ExpireAfterTTLAndReleaseIsIdempotent(t *testing.T) {
 	}
 	start := time.Now()
 	_, err := c.Node(f[1]).AcquireSlots(ctx, []string{"k"}, time.Second, 100*time.Millisecond)
-	var ce *node.ConcurrencyLimitError
-	if !errors.As(err, &ce) || !errors.Is(err, node.ErrConcurrencyLimit) || !slices.Equal(ce.Full, []string{"k"}) {
+	var ce *raftpace.ConcurrencyLimitError
+	if !errors.As(err, &ce) || !errors.Is(err, raftpace.ErrConcurrencyLimit) || !slices.Equal(ce.Full, []string{"k"}) {
 		t.Fatalf("acquire under a full cap = %v, want *ConcurrencyLimitError naming k", err)
 	}
 	s, err := c.Node(f[1]).AcquireSlots(ctx, []string{"k"}, time.Second, 5*time.Second)
@@ -264,7 +265,7 @@ func TestSlots_SurviveLeaderChange(t *testing.T) {
 	if _, err := c.Node(f[1]).WaitForLeader(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Node(f[1]).AcquireSlots(ctx, []string{"k"}, time.Second, 2*time.Second); !errors.Is(err, node.ErrConcurrencyLimit) {
+	if _, err := c.Node(f[1]).AcquireSlots(ctx, []string{"k"}, time.Second, 2*time.Second); !errors.Is(err, raftpace.ErrConcurrencyLimit) {
 		t.Fatalf("acquire after a leader change with both slots held = %v, want ErrConcurrencyLimit (no double grant)", err)
 	}
 }
@@ -273,21 +274,21 @@ func TestSlots_BadInput(t *testing.T) {
 	c := testcluster.New(t, 1)
 	ctx := testcluster.Ctx(t, 10*time.Second)
 	n := c.Node(0)
-	if err := n.SetCap(ctx, "k", 0); !errors.Is(err, node.ErrInvalidRequest) {
+	if err := n.SetCap(ctx, "k", 0); !errors.Is(err, raftpace.ErrInvalidRequest) {
 		t.Errorf("SetCap 0 = %v, want ErrInvalidRequest", err)
 	}
-	if _, err := n.AcquireSlots(ctx, []string{"nocap"}, time.Second, 0); !errors.Is(err, node.ErrUnknownKey) {
+	if _, err := n.AcquireSlots(ctx, []string{"nocap"}, time.Second, 0); !errors.Is(err, raftpace.ErrUnknownKey) {
 		t.Errorf("acquire on a key without a cap = %v, want ErrUnknownKey", err)
 	}
 	if err := n.SetCap(ctx, "k", 3); err != nil {
 		t.Fatal(err)
 	}
 	for name, keys := range map[string][]string{"none": nil, "dup": {"k", "k"}, "empty": {""}} {
-		if _, err := n.AcquireSlots(ctx, keys, time.Second, 0); !errors.Is(err, node.ErrInvalidRequest) {
+		if _, err := n.AcquireSlots(ctx, keys, time.Second, 0); !errors.Is(err, raftpace.ErrInvalidRequest) {
 			t.Errorf("%s keys: %v, want ErrInvalidRequest", name, err)
 		}
 	}
-	if _, err := n.AcquireSlots(ctx, []string{"k"}, time.Hour, 0); !errors.Is(err, node.ErrInvalidRequest) {
+	if _, err := n.AcquireSlots(ctx, []string{"k"}, time.Hour, 0); !errors.Is(err, raftpace.ErrInvalidRequest) {
 		t.Errorf("ttl past MaxSlotTTL: %v, want ErrInvalidRequest", err)
 	}
 	if got, err := n.Cap(ctx, "k"); err != nil || got != 3 {
@@ -325,14 +326,14 @@ func TestSlots_QuorumLossGrantsTheMembersFraction(t *testing.T) {
 	// Fallback begins ShareTTL after the last renewal; slots MaxSlotTTL
 	// later. Before that the survivor grants none (the leader's may all
 	// still be held).
-	var got []node.Slot
+	var got []raftpace.Slot
 	for {
 		s, err := survivor.AcquireSlots(ctx, []string{"k"}, 500*time.Millisecond, 100*time.Millisecond)
 		if err == nil {
 			got = append(got, s)
 			break
 		}
-		if !errors.Is(err, node.ErrConcurrencyLimit) && !errors.Is(err, node.ErrNoLeader) {
+		if !errors.Is(err, raftpace.ErrConcurrencyLimit) && !errors.Is(err, raftpace.ErrNoLeader) {
 			t.Fatalf("acquire while quorum is lost: %v", err)
 		}
 		if time.Since(lost) > 10*time.Second {
@@ -350,7 +351,7 @@ func TestSlots_QuorumLossGrantsTheMembersFraction(t *testing.T) {
 		t.Fatalf("second fallback slot: %v", err)
 	}
 	got = append(got, s)
-	if _, err := survivor.AcquireSlots(ctx, []string{"k"}, 500*time.Millisecond, 0); !errors.Is(err, node.ErrConcurrencyLimit) {
+	if _, err := survivor.AcquireSlots(ctx, []string{"k"}, 500*time.Millisecond, 0); !errors.Is(err, raftpace.ErrConcurrencyLimit) {
 		t.Fatalf("third fallback slot with fraction 1/3 of cap 6: %v, want ErrConcurrencyLimit", err)
 	}
 	for _, s := range got {
@@ -379,7 +380,7 @@ func TestSlots_ContextDeadlineReadsAsConcurrencyLimit(t *testing.T) {
 			cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 			_, err := client.New(c.Node(i)).AcquireSlot(cctx, "k", time.Second)
 			cancel()
-			if !errors.Is(err, node.ErrConcurrencyLimit) {
+			if !errors.Is(err, raftpace.ErrConcurrencyLimit) {
 				t.Fatalf("node %d: acquire on a full cap with a 300ms context = %v, want ErrConcurrencyLimit", i, err)
 			}
 		}
@@ -392,7 +393,7 @@ func TestReserve_UnknownKeyWithZeroWait(t *testing.T) {
 	c := testcluster.New(t, 3)
 	ctx := testcluster.Ctx(t, 20*time.Second)
 	for i := range c.Size() {
-		if _, err := c.Node(i).Reserve(ctx, "nobody-set-this", 1, 0); !errors.Is(err, node.ErrUnknownKey) {
+		if _, err := c.Node(i).Reserve(ctx, "nobody-set-this", 1, 0); !errors.Is(err, raftpace.ErrUnknownKey) {
 			t.Errorf("node %d: Reserve of an unknown key with max wait 0 = %v, want ErrUnknownKey", i, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftpace/raftpace"
 )
 
 // The requests a node cannot serve itself — commit a limit, a cap, a pause,
@@ -22,14 +23,14 @@ func (n *Node) untilDone(ctx context.Context, what string, once func() error) er
 	backoff := time.Millisecond
 	for {
 		if n.closed() {
-			return ErrClosed
+			return raftpace.ErrClosed
 		}
 		err := once()
 		if err == nil || !retryable(err) {
 			return err
 		}
 		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
-			return fmt.Errorf("node: %s: %w: %w", what, ErrNoLeader, err)
+			return fmt.Errorf("node: %s: %w: %w", what, raftpace.ErrNoLeader, err)
 		}
 		backoff = min(2*backoff, 50*time.Millisecond)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/gcra"
 )
@@ -122,8 +123,8 @@ func TestLease_Caps(t *testing.T) {
 		p, clock := testPacer(t, fsm.Limit{Rate: 1, Burst: 1}, 20*time.Millisecond)
 		p.keys["k"].tat = *clock + int64(5*time.Second)
 		_, err := p.lease(ctx, nil, "k", "n1", 1, time.Second)
-		if _, ok := err.(*LimitExceededError); !ok {
-			t.Fatalf("got %v, want LimitExceededError", err)
+		if _, ok := err.(*raftpace.LimitExceededError); !ok {
+			t.Fatalf("got %v, want raftpace.LimitExceededError", err)
 		}
 		if p.keys["k"].tat != *clock+int64(5*time.Second) {
 			t.Error("refused lease moved the TAT")

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/raftpace/raftpace"
 )
 
 // leaseCache serves a node's callers from leases: runs of slots granted by
@@ -162,7 +164,7 @@ func (kl *keyLease) install(l lease, sent, arrived int64) {
 
 // reserve serves one event of key from the node's leases, fetching a lease
 // when none is left (or soon, ahead of need).
-func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Duration) (Reservation, error) {
+func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Duration) (raftpace.Reservation, error) {
 	n := c.n
 	kl := c.get(key)
 	grace := int64(n.cfg.UseGrace)
@@ -181,9 +183,9 @@ func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Durat
 		}
 		if remaining < 0 {
 			if lastErr != nil {
-				return Reservation{}, fmt.Errorf("node: reserve %q: %w within max wait %v: %w", key, ErrNoLeader, maxWait, lastErr)
+				return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w within max wait %v: %w", key, raftpace.ErrNoLeader, maxWait, lastErr)
 			}
-			return Reservation{}, &LimitExceededError{Key: key, Wait: time.Duration(-remaining), MaxWait: maxWait}
+			return raftpace.Reservation{}, &raftpace.LimitExceededError{Key: key, Wait: time.Duration(-remaining), MaxWait: maxWait}
 		}
 		kl.mu.Lock()
 		at, useBy, r := kl.take(now, grace, remaining, n.cfg.Unsafe.SpendExpired)
@@ -200,10 +202,10 @@ func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Durat
 				c.startFetch(kl, key, prefetchWait)
 			}
 			kl.mu.Unlock()
-			return Reservation{At: n.epoch.Add(time.Duration(at)), UseBy: n.epoch.Add(time.Duration(useBy))}, nil
+			return raftpace.Reservation{At: n.epoch.Add(time.Duration(at)), UseBy: n.epoch.Add(time.Duration(useBy))}, nil
 		case tooFar:
 			kl.mu.Unlock()
-			return Reservation{}, &LimitExceededError{Key: key, Wait: time.Duration(at - now), MaxWait: maxWait}
+			return raftpace.Reservation{}, &raftpace.LimitExceededError{Key: key, Wait: time.Duration(at - now), MaxWait: maxWait}
 		}
 		f := kl.fetch
 		if f == nil {
@@ -214,32 +216,32 @@ func (c *leaseCache) reserve(ctx context.Context, key string, maxWait time.Durat
 		case <-f.done:
 			asked = true
 		case <-ctx.Done():
-			return Reservation{}, fmt.Errorf("node: reserve %q: %w", key, ctx.Err())
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w", key, ctx.Err())
 		case <-n.ctx.Done():
-			return Reservation{}, ErrClosed
+			return raftpace.Reservation{}, raftpace.ErrClosed
 		}
 		if f.err == nil {
 			continue
 		}
-		var le *LimitExceededError
+		var le *raftpace.LimitExceededError
 		switch {
 		case errors.As(f.err, &le):
 			// The fetch asked with someone's maximum wait; a caller
 			// willing to wait longer asks again with its own.
 			if le.Wait > time.Duration(remaining) {
-				return Reservation{}, &LimitExceededError{Key: key, Wait: le.Wait, MaxWait: maxWait}
+				return raftpace.Reservation{}, &raftpace.LimitExceededError{Key: key, Wait: le.Wait, MaxWait: maxWait}
 			}
 		case retryable(f.err):
 			if n.inFallback() {
-				return Reservation{}, errModeChanged
+				return raftpace.Reservation{}, errModeChanged
 			}
 			lastErr = f.err
 			if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
-				return Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, ErrNoLeader, err)
+				return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, raftpace.ErrNoLeader, err)
 			}
 			backoff = min(2*backoff, 50*time.Millisecond)
 		default:
-			return Reservation{}, f.err
+			return raftpace.Reservation{}, f.err
 		}
 	}
 }
@@ -312,7 +314,7 @@ func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait tim
 		return lease{}, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
 	}
 	if resp.Code == codeLimitExceeded {
-		return lease{}, &LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
+		return lease{}, &raftpace.LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
 	}
 	if resp.Code == codePaused {
 		return lease{}, n.leaderPaused(key, resp.Wait)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/transport"
 )
 
@@ -19,13 +20,13 @@ import (
 // Reservation outcomes, as Metrics reports them.
 const (
 	OutcomeGranted    = "granted"     // a reservation was granted
-	OutcomeRefused    = "refused"     // ErrLimitExceeded: the wait would pass the caller's maximum
-	OutcomePaused     = "paused"      // *PausedError: a pause outlasted the caller's maximum wait
-	OutcomeUnknownKey = "unknown_key" // ErrUnknownKey: no limit (or no cap) for the key
+	OutcomeRefused    = "refused"     // raftpace.ErrLimitExceeded: the wait would pass the caller's maximum
+	OutcomePaused     = "paused"      // *raftpace.PausedError: a pause outlasted the caller's maximum wait
+	OutcomeUnknownKey = "unknown_key" // raftpace.ErrUnknownKey: no limit (or no cap) for the key
 	OutcomeError      = "error"       // anything else: no leader, closed, stopped, cancelled
 	// Slot acquisitions (AcquireSlots), counted for each key of the request.
 	OutcomeAcquired           = "acquired"
-	OutcomeConcurrencyRefused = "concurrency_refused" // *ConcurrencyLimitError: no room within the maximum wait
+	OutcomeConcurrencyRefused = "concurrency_refused" // *raftpace.ConcurrencyLimitError: no room within the maximum wait
 )
 
 // MaxCountedKeys bounds the keys counted one by one; reservations of
@@ -161,9 +162,9 @@ func (k *keyOutcomes) snapshot() []KeyCounts {
 // reserved records the outcome of one Reserve call that began at begin:
 // the per-key counters, the node's Stats and the admitted history. It is
 // the one place a reservation's outcome is counted.
-func (n *Node) reserved(key string, count int, begin time.Time, r Reservation, err error) {
+func (n *Node) reserved(key string, count int, begin time.Time, r raftpace.Reservation, err error) {
 	c := n.keyCounts.get(key)
-	var pe *PausedError
+	var pe *raftpace.PausedError
 	switch {
 	case err == nil:
 		c.granted.Add(1)
@@ -171,13 +172,13 @@ func (n *Node) reserved(key string, count int, begin time.Time, r Reservation, e
 		n.stats.granted.Add(1)
 		n.admittedHist.add(key, count, time.Now())
 		n.waitHist.observe(max(0, r.At.Sub(begin)))
-	case errors.As(err, &pe): // before ErrLimitExceeded, which it also matches
+	case errors.As(err, &pe): // before raftpace.ErrLimitExceeded, which it also matches
 		c.paused.Add(1)
 		n.stats.pausedRefusals.Add(1)
-	case errors.Is(err, ErrLimitExceeded):
+	case errors.Is(err, raftpace.ErrLimitExceeded):
 		c.refused.Add(1)
 		n.stats.refused.Add(1)
-	case errors.Is(err, ErrUnknownKey):
+	case errors.Is(err, raftpace.ErrUnknownKey):
 		c.unknown.Add(1)
 		n.stats.unknown.Add(1)
 	default:
@@ -192,9 +193,9 @@ func (n *Node) slotsAcquired(keys []string, err error) {
 		switch {
 		case err == nil:
 			c.acquired.Add(1)
-		case errors.Is(err, ErrConcurrencyLimit):
+		case errors.Is(err, raftpace.ErrConcurrencyLimit):
 			c.concRefused.Add(1)
-		case errors.Is(err, ErrUnknownKey):
+		case errors.Is(err, raftpace.ErrUnknownKey):
 			c.slotUnknown.Add(1)
 		default:
 			c.slotFailed.Add(1)

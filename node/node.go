@@ -15,6 +15,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/logging"
 	"github.com/raftpace/raftpace/transport"
@@ -419,7 +420,7 @@ func (n *Node) extendLoop() {
 func (n *Node) commit(c fsm.Command, timeout time.Duration) (uint64, error) {
 	data, err := fsm.Encode(c)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return 0, fmt.Errorf("%w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	begin := time.Now()
 	f := n.raft.Apply(data, timeout)
@@ -432,22 +433,10 @@ func (n *Node) commit(c fsm.Command, timeout time.Duration) (uint64, error) {
 		return 0, fmt.Errorf("%w: raft apply: %w", errRetry, err)
 	}
 	if err, ok := f.Response().(error); ok && err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return 0, fmt.Errorf("%w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	return f.Index(), nil
 }
-
-// Reservation is a grant of events: they may go at At, and must go no
-// later than UseBy. Both are readings of this host's clock (with monotonic
-// time). A caller that cannot use them by UseBy must drop them and reserve
-// again: using them later would widen the ceiling's delta term.
-type Reservation struct {
-	At    time.Time
-	UseBy time.Time
-}
-
-// Delay is how long to wait from now until the events may go.
-func (r Reservation) Delay() time.Duration { return max(0, time.Until(r.At)) }
 
 // Reserve asks for count events of key. If the wait would exceed maxWait it
 // consumes nothing and returns a *LimitExceededError. It works on any node.
@@ -456,12 +445,12 @@ func (r Reservation) Delay() time.Duration { return max(0, time.Until(r.At)) }
 // counts, and every request with leases disabled, go to the leader one by
 // one (forwarded by a follower), retried within maxWait when a grant
 // arrives too late to be used within UseGrace.
-func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (r Reservation, err error) {
+func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (r raftpace.Reservation, err error) {
 	if err := fsm.ValidateKey(key); err != nil {
-		return Reservation{}, fmt.Errorf("node: reserve: %w: %w", ErrInvalidRequest, err)
+		return raftpace.Reservation{}, fmt.Errorf("node: reserve: %w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	if count < 1 {
-		return Reservation{}, fmt.Errorf("node: reserve %q: %w: count %d must be at least 1", key, ErrInvalidRequest, count)
+		return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: count %d must be at least 1", key, raftpace.ErrInvalidRequest, count)
 	}
 	if maxWait < 0 {
 		maxWait = 0
@@ -471,20 +460,20 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 	defer func() { n.reserved(key, count, begin, r, err) }()
 	for {
 		if n.closed() {
-			return Reservation{}, ErrClosed
+			return raftpace.Reservation{}, raftpace.ErrClosed
 		}
 		if n.departing.Load() {
-			return Reservation{}, fmt.Errorf("node: reserve %q: %w (leaving the cluster)", key, ErrClosed)
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w (leaving the cluster)", key, raftpace.ErrClosed)
 		}
 		if err := n.gate(ctx, key, max(0, time.Until(deadline))); err != nil {
-			return Reservation{}, err
+			return raftpace.Reservation{}, err
 		}
 		if n.fallback.current() != ModeRaft {
 			r, err := n.fallback.reserve(key, count, time.Until(deadline))
 			switch {
 			case errors.Is(err, errPoolPending):
 				if err := sleepCtx(ctx, n.ctx, 20*time.Millisecond); err != nil {
-					return Reservation{}, fmt.Errorf("node: reserve %q: %w", key, err)
+					return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w", key, err)
 				}
 				continue
 			case !errors.Is(err, errNotLeader):
@@ -514,7 +503,7 @@ func (n *Node) inFallback() bool {
 
 // reserveRaft serves a reservation through the leader: from the node's
 // leases, or one request per reservation.
-func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait time.Duration) (Reservation, error) {
+func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait time.Duration) (raftpace.Reservation, error) {
 	if count == 1 && !n.cfg.DisableLeases {
 		return n.leases.reserve(ctx, key, maxWait)
 	}
@@ -523,13 +512,13 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 	var lastErr error
 	for {
 		if n.closed() {
-			return Reservation{}, ErrClosed
+			return raftpace.Reservation{}, raftpace.ErrClosed
 		}
 		remaining := maxWait - time.Since(begin)
 		if remaining < 0 {
 			// Retries (no leader, leader change, late grants) used up the
 			// caller's maximum wait: say why, not "limit exceeded".
-			return Reservation{}, fmt.Errorf("node: reserve %q: %w within max wait %v: %w", key, ErrNoLeader, maxWait, lastErr)
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w within max wait %v: %w", key, raftpace.ErrNoLeader, maxWait, lastErr)
 		}
 		sent := time.Now()
 		wait, held, err := n.pacer.reserve(ctx, n.ctx.Done(), key, count, remaining)
@@ -544,7 +533,7 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 			// the round trip late.
 			arrived := time.Now()
 			held = min(held, arrived.Sub(sent))
-			r := Reservation{At: arrived.Add(wait), UseBy: sent.Add(held + wait + n.cfg.UseGrace)}
+			r := raftpace.Reservation{At: arrived.Add(wait), UseBy: sent.Add(held + wait + n.cfg.UseGrace)}
 			if !r.UseBy.Before(r.At) {
 				return r, nil
 			}
@@ -554,15 +543,15 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 			continue
 		}
 		if !retryable(err) {
-			return Reservation{}, err
+			return raftpace.Reservation{}, err
 		}
 		if n.inFallback() {
-			return Reservation{}, errModeChanged
+			return raftpace.Reservation{}, errModeChanged
 		}
 		lastErr = err
 		n.log.Debug("reserve: retrying", "key", key, "err", err)
 		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
-			return Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, ErrNoLeader, err)
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, raftpace.ErrNoLeader, err)
 		}
 		backoff = min(2*backoff, 50*time.Millisecond)
 	}
@@ -570,7 +559,7 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 
 // Forfeit records that a caller dropped a reservation it could not use by
 // its UseBy (for the node's counters).
-func (n *Node) Forfeit(Reservation) { n.stats.forfeited.Add(1) }
+func (n *Node) Forfeit(raftpace.Reservation) { n.stats.forfeited.Add(1) }
 
 // leaderCallTimeout bounds one request to the leader: its own maximum
 // wait (the leader may hold it that long for a horizon) plus a little.
@@ -608,7 +597,7 @@ func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWai
 		return 0, 0, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
 	}
 	if resp.Code == codeLimitExceeded {
-		return 0, 0, &LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
+		return 0, 0, &raftpace.LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
 	}
 	if resp.Code == codePaused {
 		return 0, 0, n.leaderPaused(key, resp.Wait)
@@ -629,10 +618,10 @@ func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWai
 // this node reflect it.
 func (n *Node) SetLimit(ctx context.Context, key string, lim fsm.Limit) error {
 	if err := fsm.ValidateKey(key); err != nil {
-		return fmt.Errorf("node: set limit: %w: %w", ErrInvalidRequest, err)
+		return fmt.Errorf("node: set limit: %w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	if err := lim.Validate(); err != nil {
-		return fmt.Errorf("node: set limit %q: %w: %w", key, ErrInvalidRequest, err)
+		return fmt.Errorf("node: set limit %q: %w: %w", key, raftpace.ErrInvalidRequest, err)
 	}
 	what := fmt.Sprintf("set limit %q", key)
 	return n.commitOnLeader(ctx, what, rpcSetLimit, setLimitReq{Key: key, Limit: lim}.encode(),
@@ -659,7 +648,7 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 		case <-ctx.Done():
 			return fmt.Errorf("node: waiting for index %d: %w", index, ctx.Err())
 		case <-n.ctx.Done():
-			return ErrClosed
+			return raftpace.ErrClosed
 		}
 	}
 }
@@ -667,14 +656,14 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 // Limit returns the limit set for key, as this node has applied it.
 func (n *Node) Limit(ctx context.Context, key string) (fsm.Limit, error) {
 	if err := fsm.ValidateKey(key); err != nil {
-		return fsm.Limit{}, fmt.Errorf("node: limit: %w: %w", ErrInvalidRequest, err)
+		return fsm.Limit{}, fmt.Errorf("node: limit: %w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return fsm.Limit{}, err
 	}
 	lim, ok := n.state.Limit(key)
 	if !ok {
-		return fsm.Limit{}, fmt.Errorf("node: limit %q: %w", key, ErrUnknownKey)
+		return fsm.Limit{}, fmt.Errorf("node: limit %q: %w", key, raftpace.ErrUnknownKey)
 	}
 	return lim, nil
 }
@@ -696,7 +685,7 @@ func (n *Node) WaitForLeader(ctx context.Context) (string, error) {
 			return string(id), nil
 		}
 		if err := sleepCtx(ctx, n.ctx, 10*time.Millisecond); err != nil {
-			return "", fmt.Errorf("node: %w: %w", ErrNoLeader, err)
+			return "", fmt.Errorf("node: %w: %w", raftpace.ErrNoLeader, err)
 		}
 	}
 }
@@ -713,7 +702,7 @@ func sleepCtx(ctx, nodeCtx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-nodeCtx.Done():
-		return ErrClosed
+		return raftpace.ErrClosed
 	}
 }
 
@@ -739,7 +728,7 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
 		defer cancel()
 		wait, held, err := n.pacer.reserve(ctx, n.ctx.Done(), m.Key, m.Count, m.MaxWait)
-		var le *LimitExceededError
+		var le *raftpace.LimitExceededError
 		if errors.As(err, &le) {
 			return reserveResp{Code: codeLimitExceeded, Wait: le.Wait, Msg: errMsg(err)}.encode(), nil
 		}
@@ -761,7 +750,7 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
 		defer cancel()
 		l, err := n.pacer.lease(ctx, n.ctx.Done(), m.Key, m.Holder, m.Count, m.MaxWait)
-		var le *LimitExceededError
+		var le *raftpace.LimitExceededError
 		if errors.As(err, &le) {
 			return leaseResp{Code: codeLimitExceeded, Wait: le.Wait, Msg: errMsg(err)}.encode(), nil
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/client"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/testcluster"
@@ -52,7 +53,7 @@ func load(ctx context.Context, t *testing.T, nodes []*node.Node, key string, cal
 					if err := cl.Wait(ctx, key); err != nil {
 						// Near the end of the run a wait would pass ctx's
 						// deadline: Wait sheds it at once, as documented.
-						if ctx.Err() == nil && !errors.Is(err, node.ErrClosed) && !errors.Is(err, node.ErrLimitExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+						if ctx.Err() == nil && !errors.Is(err, raftpace.ErrClosed) && !errors.Is(err, raftpace.ErrLimitExceeded) && !errors.Is(err, context.DeadlineExceeded) {
 							t.Errorf("wait on %s: %v", n.ID(), err)
 						}
 						return
@@ -147,8 +148,8 @@ func TestNode_ReserveShedsPastMaxWait(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := n.Reserve(ctx, "slow", 1, 100*time.Millisecond)
-		var le *node.LimitExceededError
-		if !errors.As(err, &le) || !errors.Is(err, node.ErrLimitExceeded) {
+		var le *raftpace.LimitExceededError
+		if !errors.As(err, &le) || !errors.Is(err, raftpace.ErrLimitExceeded) {
 			t.Fatalf("%s: got %v, want LimitExceededError", n.ID(), err)
 		}
 		if le.Wait < 100*time.Millisecond || le.Wait > 2*time.Second {
@@ -171,7 +172,7 @@ func TestNode_BadInput(t *testing.T) {
 	}
 	for _, lim := range badLimits {
 		err := f.SetLimit(ctx, "ok", lim)
-		if !errors.Is(err, node.ErrInvalidRequest) || !errors.Is(err, fsm.ErrInvalidLimit) {
+		if !errors.Is(err, raftpace.ErrInvalidRequest) || !errors.Is(err, fsm.ErrInvalidLimit) {
 			t.Errorf("SetLimit(%+v): got %v, want ErrInvalidRequest wrapping ErrInvalidLimit", lim, err)
 		}
 	}
@@ -183,13 +184,13 @@ func TestNode_BadInput(t *testing.T) {
 			t.Errorf("Reserve(key %q): got %v, want ErrInvalidKey", key, err)
 		}
 	}
-	if _, err := f.Reserve(ctx, "never-set", 1, time.Second); !errors.Is(err, node.ErrUnknownKey) {
+	if _, err := f.Reserve(ctx, "never-set", 1, time.Second); !errors.Is(err, raftpace.ErrUnknownKey) {
 		t.Errorf("unknown key: got %v, want ErrUnknownKey", err)
 	}
-	if _, err := f.Reserve(ctx, "ok", 2, time.Second); !errors.Is(err, node.ErrInvalidRequest) {
+	if _, err := f.Reserve(ctx, "ok", 2, time.Second); !errors.Is(err, raftpace.ErrInvalidRequest) {
 		t.Errorf("count above burst: got %v, want ErrInvalidRequest", err)
 	}
-	if _, err := f.Reserve(ctx, "ok", 0, time.Second); !errors.Is(err, node.ErrInvalidRequest) {
+	if _, err := f.Reserve(ctx, "ok", 0, time.Second); !errors.Is(err, raftpace.ErrInvalidRequest) {
 		t.Errorf("count 0: got %v, want ErrInvalidRequest", err)
 	}
 	// Nothing above changed the state: once every node has applied what the

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/gcra"
 )
@@ -157,7 +158,7 @@ func (p *pacer) wait(deadline int64, ch <-chan struct{}, ctx context.Context, do
 	case <-ctx.Done():
 		return fmt.Errorf("node: %q: waiting for %s: %w", key, why, ctx.Err())
 	case <-done:
-		return ErrClosed
+		return raftpace.ErrClosed
 	}
 }
 
@@ -187,7 +188,7 @@ func (p *pacer) awaitShare(ks *keyState, key string, now, tatp int64, maxWait ti
 	first := tatp - ks.params.Tolerance - now
 	p.mu.Unlock()
 	if time.Duration(first) > maxWait {
-		return &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
+		return &raftpace.LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
 	}
 	if ch == nil {
 		return errNoShare
@@ -313,7 +314,7 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 		ks := p.keys[key]
 		if ks == nil || !ks.hasLimit {
 			p.mu.Unlock()
-			return 0, 0, fmt.Errorf("node: reserve %q: %w", key, ErrUnknownKey)
+			return 0, 0, fmt.Errorf("node: reserve %q: %w", key, raftpace.ErrUnknownKey)
 		}
 		shareCh := p.shareWait() // before F is read: see awaitShare
 		now := p.now()
@@ -334,12 +335,12 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 		}
 		if err != nil {
 			p.mu.Unlock()
-			return 0, 0, fmt.Errorf("node: reserve %q: %w: %w", key, ErrInvalidRequest, err)
+			return 0, 0, fmt.Errorf("node: reserve %q: %w: %w", key, raftpace.ErrInvalidRequest, err)
 		}
 		wait := time.Duration(start - now)
 		if wait > maxWait || newTAT-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
 			p.mu.Unlock()
-			return 0, 0, &LimitExceededError{Key: key, Wait: wait, MaxWait: maxWait}
+			return 0, 0, &raftpace.LimitExceededError{Key: key, Wait: wait, MaxWait: maxWait}
 		}
 		ks.demand = now
 		if newTAT <= ks.horizon {
@@ -404,7 +405,7 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 		ks := p.keys[key]
 		if ks == nil || !ks.hasLimit {
 			p.mu.Unlock()
-			return lease{}, fmt.Errorf("node: lease %q: %w", key, ErrUnknownKey)
+			return lease{}, fmt.Errorf("node: lease %q: %w", key, raftpace.ErrUnknownKey)
 		}
 		shareCh := p.shareWait() // before F is read: see awaitShare
 		now := p.now()
@@ -430,7 +431,7 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 		first := max(0, base)
 		if time.Duration(first) > maxWait || tatp+T-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
 			p.mu.Unlock()
-			return lease{}, &LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
+			return lease{}, &raftpace.LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
 		}
 		// Slots at once (burst left) plus one span at the full rate.
 		limit := int64(1)

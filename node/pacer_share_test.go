@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 )
 
@@ -110,7 +111,7 @@ func TestPacer_ShareWaitIsBounded(t *testing.T) {
 	}
 	begin := time.Now()
 	_, err := p.lease(context.Background(), nil, "k", "m", 1, time.Second)
-	var le *LimitExceededError
+	var le *raftpace.LimitExceededError
 	if !errors.As(err, &le) || time.Since(begin) > 100*time.Millisecond {
 		t.Fatalf("a slot 1.5 s away with a 1 s maximum wait: %v after %v; want limit exceeded at once", err, time.Since(begin))
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/internal/timeline"
@@ -177,7 +178,7 @@ func TestPostgres_RestoreCapsAndPauses(t *testing.T) {
 			caps, err := nd.Caps(ctx)
 			return err == nil && reflect.DeepEqual(caps, wantCaps) && nd.PausedFor("p") > 0
 		})
-		if _, err := nd.Cap(ctx, "gone"); !errors.Is(err, node.ErrUnknownKey) {
+		if _, err := nd.Cap(ctx, "gone"); !errors.Is(err, raftpace.ErrUnknownKey) {
 			t.Errorf("node %d: cap deleted before the restart: err %v, want ErrUnknownKey", i, err)
 		}
 		// The restored pause ends no earlier than the old one (it is
@@ -190,7 +191,7 @@ func TestPostgres_RestoreCapsAndPauses(t *testing.T) {
 			t.Errorf("node %d: a pause over before the restart came back: %v left", i, p)
 		}
 		_, err := nd.Reserve(ctx, "p", 1, 0)
-		var pe *node.PausedError
+		var pe *raftpace.PausedError
 		if !errors.As(err, &pe) || pe.Key != "p" {
 			t.Errorf("node %d: Reserve on the paused key: %v, want a *PausedError", i, err)
 		}

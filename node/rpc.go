@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 )
 
@@ -109,11 +110,11 @@ func codeFor(err error) uint8 {
 		return codeOK
 	case errors.Is(err, errNotLeader):
 		return codeNotLeader
-	case errors.Is(err, ErrLimitExceeded):
+	case errors.Is(err, raftpace.ErrLimitExceeded):
 		return codeLimitExceeded
-	case errors.Is(err, ErrUnknownKey):
+	case errors.Is(err, raftpace.ErrUnknownKey):
 		return codeUnknownKey
-	case errors.Is(err, ErrInvalidRequest):
+	case errors.Is(err, raftpace.ErrInvalidRequest):
 		return codeInvalid
 	default:
 		return codeUnavailable
@@ -128,11 +129,11 @@ func errFor(code uint8, msg string) error {
 	case codeNotLeader:
 		return errNotLeader
 	case codeLimitExceeded:
-		return fmt.Errorf("%w (leader: %s)", ErrLimitExceeded, msg)
+		return fmt.Errorf("%w (leader: %s)", raftpace.ErrLimitExceeded, msg)
 	case codeUnknownKey:
-		return fmt.Errorf("%w (leader: %s)", ErrUnknownKey, msg)
+		return fmt.Errorf("%w (leader: %s)", raftpace.ErrUnknownKey, msg)
 	case codeInvalid:
-		return fmt.Errorf("%w (leader: %s)", ErrInvalidRequest, msg)
+		return fmt.Errorf("%w (leader: %s)", raftpace.ErrInvalidRequest, msg)
 	default:
 		return fmt.Errorf("node: leader: %s", msg)
 	}

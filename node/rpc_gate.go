@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 )
 
@@ -230,7 +231,7 @@ func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]b
 		defer cancel()
 		m.MaxWait = min(max(m.MaxWait, 0), 5*time.Second)
 		full, err := n.leaderAcquire(ctx, m)
-		if errors.Is(err, ErrConcurrencyLimit) {
+		if errors.Is(err, raftpace.ErrConcurrencyLimit) {
 			return acquireResp{Code: codeConcurrency, Full: full, Msg: errMsg(err)}.encode(), nil
 		}
 		return acquireResp{Code: codeFor(err), Msg: errMsg(err)}.encode(), nil

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/internal/timeline"
@@ -123,7 +124,7 @@ func TestShares_StopsAfterFallbackBudget(t *testing.T) {
 	n := c.Node(survivor)
 	waitFor(t, 10*time.Second, func() bool { st, _ := n.Status(ctx); return st.Mode == "stopped" })
 	_, err := n.Reserve(ctx, "s", 1, time.Second)
-	if !errors.Is(err, node.ErrStopped) {
+	if !errors.Is(err, raftpace.ErrStopped) {
 		t.Fatalf("got %v, want ErrStopped", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 )
 
@@ -44,16 +45,6 @@ import (
 // MaxSlotTTL after a member loses its leader: that is the price of slots
 // that outlive the share lease.
 
-// Slot is a held concurrency slot on one or more keys (taken together, all
-// or nothing). Deadline is when the slot is reclaimed however its holder
-// fares: the holder must be done with the guarded work by then (bound it
-// with a context deadline). Give it back with Node.ReleaseSlot.
-type Slot struct {
-	ID       string
-	Keys     []string
-	Deadline time.Time
-}
-
 // localSlotPrefix marks the IDs of slots granted in fallback.
 const localSlotPrefix = "local."
 
@@ -71,16 +62,16 @@ func (n *Node) newSlotID(prefix string) string {
 // returns them sorted, so equal requests encode equally.
 func checkSlotKeys(keys []string) ([]string, error) {
 	if len(keys) == 0 || len(keys) > fsm.MaxSlotKeys {
-		return nil, fmt.Errorf("%w: %d keys: must be 1..%d", ErrInvalidRequest, len(keys), fsm.MaxSlotKeys)
+		return nil, fmt.Errorf("%w: %d keys: must be 1..%d", raftpace.ErrInvalidRequest, len(keys), fsm.MaxSlotKeys)
 	}
 	out := slices.Clone(keys)
 	slices.Sort(out)
 	for i, k := range out {
 		if err := fsm.ValidateKey(k); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+			return nil, fmt.Errorf("%w: %w", raftpace.ErrInvalidRequest, err)
 		}
 		if i > 0 && out[i-1] == k {
-			return nil, fmt.Errorf("%w: key %q named twice", ErrInvalidRequest, k)
+			return nil, fmt.Errorf("%w: key %q named twice", raftpace.ErrInvalidRequest, k)
 		}
 	}
 	return out, nil
@@ -91,14 +82,14 @@ func checkSlotKeys(keys []string) ([]string, error) {
 // under every key's cap. Past maxWait it returns a *ConcurrencyLimitError;
 // a key without a cap gives ErrUnknownKey. Waiting callers are not served
 // in order.
-func (n *Node) AcquireSlots(ctx context.Context, keys []string, ttl, maxWait time.Duration) (_ Slot, err error) {
+func (n *Node) AcquireSlots(ctx context.Context, keys []string, ttl, maxWait time.Duration) (_ raftpace.Slot, err error) {
 	keys, err = checkSlotKeys(keys)
 	if err != nil {
-		return Slot{}, fmt.Errorf("node: acquire slots: %w", err)
+		return raftpace.Slot{}, fmt.Errorf("node: acquire slots: %w", err)
 	}
 	defer func() { n.slotsAcquired(keys, err) }()
 	if ttl <= 0 || ttl > n.cfg.MaxSlotTTL {
-		return Slot{}, fmt.Errorf("node: acquire slots %q: %w: ttl %v must be in (0, %v] (Config.MaxSlotTTL)", keys, ErrInvalidRequest, ttl, n.cfg.MaxSlotTTL)
+		return raftpace.Slot{}, fmt.Errorf("node: acquire slots %q: %w: ttl %v must be in (0, %v] (Config.MaxSlotTTL)", keys, raftpace.ErrInvalidRequest, ttl, n.cfg.MaxSlotTTL)
 	}
 	maxWait = max(maxWait, 0)
 	first := time.Now()
@@ -109,7 +100,7 @@ func (n *Node) AcquireSlots(ctx context.Context, keys []string, ttl, maxWait tim
 	backoff := time.Millisecond
 	for {
 		if n.closed() {
-			return Slot{}, ErrClosed
+			return raftpace.Slot{}, raftpace.ErrClosed
 		}
 		if n.fallback.current() != ModeRaft && n.ownFraction() > 0 {
 			s, f, err := n.fallback.acquireSlots(n.newSlotID(localSlotPrefix), keys, ttl)
@@ -117,18 +108,18 @@ func (n *Node) AcquireSlots(ctx context.Context, keys []string, ttl, maxWait tim
 				n.stats.slotsAcquired.Add(1)
 				return s, nil
 			}
-			if !errors.Is(err, ErrConcurrencyLimit) && !errors.Is(err, errNotLeader) {
-				return Slot{}, err
+			if !errors.Is(err, raftpace.ErrConcurrencyLimit) && !errors.Is(err, errNotLeader) {
+				return raftpace.Slot{}, err
 			}
-			if errors.Is(err, ErrConcurrencyLimit) {
+			if errors.Is(err, raftpace.ErrConcurrencyLimit) {
 				full, lastErr = f, err
 			}
 			if time.Now().After(deadline) {
 				n.stats.slotsRefused.Add(1)
-				return Slot{}, fmt.Errorf("%w (%w)", &ConcurrencyLimitError{Keys: keys, Full: full, MaxWait: maxWait}, lastErr)
+				return raftpace.Slot{}, fmt.Errorf("%w (%w)", &raftpace.ConcurrencyLimitError{Keys: keys, Full: full, MaxWait: maxWait}, lastErr)
 			}
 			if err := sleepCtx(ctx, n.ctx, 50*time.Millisecond); err != nil {
-				return Slot{}, fmt.Errorf("node: acquire slots %q: %w", keys, err)
+				return raftpace.Slot{}, fmt.Errorf("node: acquire slots %q: %w", keys, err)
 			}
 			continue
 		}
@@ -140,34 +131,34 @@ func (n *Node) AcquireSlots(ctx context.Context, keys []string, ttl, maxWait tim
 		// ErrConcurrencyLimit, not as the context's error.
 		req.MaxWait = min(max(remaining-remaining/10, 0), time.Second)
 		f, err := n.acquireOnce(ctx, req)
-		if err != nil && ctx.Err() != nil && (len(full) > 0 || errors.Is(err, ErrConcurrencyLimit)) {
+		if err != nil && ctx.Err() != nil && (len(full) > 0 || errors.Is(err, raftpace.ErrConcurrencyLimit)) {
 			n.releaseAsync(req.ID)
 			n.stats.slotsRefused.Add(1)
-			return Slot{}, &ConcurrencyLimitError{Keys: keys, Full: append(full, f...), MaxWait: maxWait}
+			return raftpace.Slot{}, &raftpace.ConcurrencyLimitError{Keys: keys, Full: append(full, f...), MaxWait: maxWait}
 		}
 		switch {
 		case err == nil:
 			n.stats.slotsAcquired.Add(1)
-			return Slot{ID: req.ID, Keys: keys, Deadline: first.Add(ttl)}, nil
-		case errors.Is(err, ErrConcurrencyLimit):
+			return raftpace.Slot{ID: req.ID, Keys: keys, Deadline: first.Add(ttl)}, nil
+		case errors.Is(err, raftpace.ErrConcurrencyLimit):
 			full = f
 			if remaining <= 0 {
 				n.stats.slotsRefused.Add(1)
-				return Slot{}, &ConcurrencyLimitError{Keys: keys, Full: full, MaxWait: maxWait}
+				return raftpace.Slot{}, &raftpace.ConcurrencyLimitError{Keys: keys, Full: full, MaxWait: maxWait}
 			}
 			continue
 		case !retryable(err):
-			return Slot{}, err
+			return raftpace.Slot{}, err
 		}
 		if time.Now().After(deadline) {
 			// The leader may have granted the slot in a call whose answer
 			// was lost: give it back rather than leak it for the TTL.
 			n.releaseAsync(req.ID)
-			return Slot{}, fmt.Errorf("node: acquire slots %q: %w within max wait %v: %w", keys, ErrNoLeader, maxWait, err)
+			return raftpace.Slot{}, fmt.Errorf("node: acquire slots %q: %w within max wait %v: %w", keys, raftpace.ErrNoLeader, maxWait, err)
 		}
 		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
 			n.releaseAsync(req.ID)
-			return Slot{}, fmt.Errorf("node: acquire slots %q: %w", keys, err)
+			return raftpace.Slot{}, fmt.Errorf("node: acquire slots %q: %w", keys, err)
 		}
 		backoff = min(2*backoff, 50*time.Millisecond)
 	}
@@ -206,7 +197,7 @@ func (n *Node) acquireOnce(ctx context.Context, req acquireReq) ([]string, error
 		return nil, fmt.Errorf("%w: %w", errRetry, err)
 	}
 	if resp.Code == codeConcurrency {
-		return resp.Full, fmt.Errorf("%w (leader: %s)", ErrConcurrencyLimit, resp.Msg)
+		return resp.Full, fmt.Errorf("%w (leader: %s)", raftpace.ErrConcurrencyLimit, resp.Msg)
 	}
 	return nil, leaderErr(fmt.Sprintf("acquire slots %q", req.Keys), resp.Code, resp.Msg)
 }
@@ -239,7 +230,7 @@ func (n *Node) leaderAcquire(ctx context.Context, req acquireReq) ([]string, err
 		n.slotMu.Unlock()
 		left := time.Until(deadline)
 		if left <= 0 {
-			return full, fmt.Errorf("%w: %q full", ErrConcurrencyLimit, full)
+			return full, fmt.Errorf("%w: %q full", raftpace.ErrConcurrencyLimit, full)
 		}
 		t := time.NewTimer(min(left, time.Duration(wake-now), 250*time.Millisecond))
 		select {
@@ -250,7 +241,7 @@ func (n *Node) leaderAcquire(ctx context.Context, req acquireReq) ([]string, err
 			return nil, fmt.Errorf("%w: %w", errRetry, ctx.Err())
 		case <-n.ctx.Done():
 			t.Stop()
-			return nil, ErrClosed
+			return nil, raftpace.ErrClosed
 		}
 		t.Stop()
 		if !n.pacer.isLeading() {
@@ -268,7 +259,7 @@ func (n *Node) fullKeys(keys []string, held map[string]heldSlot, now int64) ([]s
 	for _, key := range keys {
 		c, ok := n.state.Cap(key)
 		if !ok {
-			return nil, 0, fmt.Errorf("node: acquire slot %q: %w: no concurrency cap is set for it (raftpace slots set)", key, ErrUnknownKey)
+			return nil, 0, fmt.Errorf("node: acquire slot %q: %w: no concurrency cap is set for it (raftpace slots set)", key, raftpace.ErrUnknownKey)
 		}
 		room := c
 		for _, f := range unheld {
@@ -291,14 +282,14 @@ func (n *Node) fullKeys(keys []string, held map[string]heldSlot, now int64) ([]s
 // ReleaseSlot gives the slot back. Releasing twice, or after the slot
 // expired, is a no-op. If no leader answers before ctx ends, the slot is
 // reclaimed at its deadline anyway.
-func (n *Node) ReleaseSlot(ctx context.Context, s Slot) error {
+func (n *Node) ReleaseSlot(ctx context.Context, s raftpace.Slot) error {
 	if strings.HasPrefix(s.ID, localSlotPrefix) {
 		n.fallback.releaseSlot(s.ID)
 		n.stats.slotsReleased.Add(1)
 		return nil
 	}
 	if err := fsm.ValidateID(s.ID); err != nil {
-		return fmt.Errorf("node: release slot: %w: %w", ErrInvalidRequest, err)
+		return fmt.Errorf("node: release slot: %w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	if !time.Now().Before(s.Deadline) {
 		return nil // expired: the leader reclaims it, and may have already
@@ -322,7 +313,7 @@ func (n *Node) releaseAsync(id string) {
 		defer n.wg.Done()
 		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 		defer cancel()
-		_ = n.ReleaseSlot(ctx, Slot{ID: id, Deadline: time.Now().Add(time.Minute)})
+		_ = n.ReleaseSlot(ctx, raftpace.Slot{ID: id, Deadline: time.Now().Add(time.Minute)})
 	}()
 }
 
@@ -387,10 +378,10 @@ func (n *Node) maintainLoop() {
 // whole cluster. When it returns, this node has applied it.
 func (n *Node) SetCap(ctx context.Context, key string, max int) error {
 	if err := fsm.ValidateKey(key); err != nil {
-		return fmt.Errorf("node: set cap: %w: %w", ErrInvalidRequest, err)
+		return fmt.Errorf("node: set cap: %w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	if max < 1 || max > fsm.MaxCap {
-		return fmt.Errorf("node: set cap %q: %w: max %d must be 1..%d", key, ErrInvalidRequest, max, fsm.MaxCap)
+		return fmt.Errorf("node: set cap %q: %w: max %d must be 1..%d", key, raftpace.ErrInvalidRequest, max, fsm.MaxCap)
 	}
 	return n.changeCap(ctx, key, max)
 }
@@ -399,7 +390,7 @@ func (n *Node) SetCap(ctx context.Context, key string, max int) error {
 // ErrUnknownKey. Slots held stay until released or expired.
 func (n *Node) DeleteCap(ctx context.Context, key string) error {
 	if err := fsm.ValidateKey(key); err != nil {
-		return fmt.Errorf("node: delete cap: %w: %w", ErrInvalidRequest, err)
+		return fmt.Errorf("node: delete cap: %w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	return n.changeCap(ctx, key, 0)
 }
@@ -425,14 +416,14 @@ func (n *Node) applyCap(key string, max int) (uint64, error) {
 // Cap returns key's cap as this node applied it, or ErrUnknownKey.
 func (n *Node) Cap(ctx context.Context, key string) (int, error) {
 	if err := fsm.ValidateKey(key); err != nil {
-		return 0, fmt.Errorf("node: cap: %w: %w", ErrInvalidRequest, err)
+		return 0, fmt.Errorf("node: cap: %w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	c, ok := n.state.Cap(key)
 	if !ok {
-		return 0, fmt.Errorf("node: cap %q: %w: no concurrency cap is set", key, ErrUnknownKey)
+		return 0, fmt.Errorf("node: cap %q: %w: no concurrency cap is set", key, raftpace.ErrUnknownKey)
 	}
 	return c, nil
 }

@@ -122,8 +122,8 @@ type LimitStatus struct {
 // Stats are the node's counters since it started.
 type Stats struct {
 	Granted        uint64 `json:"granted"`         // reservations granted to this node's callers
-	Refused        uint64 `json:"refused"`         // ErrLimitExceeded answers
-	UnknownKey     uint64 `json:"unknown_key"`     // ErrUnknownKey answers
+	Refused        uint64 `json:"refused"`         // raftpace.ErrLimitExceeded answers
+	UnknownKey     uint64 `json:"unknown_key"`     // raftpace.ErrUnknownKey answers
 	Forwarded      uint64 `json:"forwarded"`       // reservations sent to the leader
 	LateGrants     uint64 `json:"late_grants"`     // forwarded grants that arrived after their UseBy, asked for again
 	Fallback       uint64 `json:"fallback"`        // reservations granted by this node's own fallback pacer
@@ -135,7 +135,7 @@ type Stats struct {
 	Pauses         uint64 `json:"pauses"`          // pauses this node committed as leader
 	PausedRefusals uint64 `json:"paused_refusals"` // reservations refused because a pause outlasted their max wait
 	SlotsAcquired  uint64 `json:"slots_acquired"`  // concurrency slots granted to this node's callers
-	SlotsRefused   uint64 `json:"slots_refused"`   // acquisitions that hit ErrConcurrencyLimit
+	SlotsRefused   uint64 `json:"slots_refused"`   // acquisitions that hit raftpace.ErrConcurrencyLimit
 	SlotsReleased  uint64 `json:"slots_released"`  // slots this node's callers gave back
 	SlotsExpired   uint64 `json:"slots_expired"`   // slots this node reclaimed at their TTL as leader
 }

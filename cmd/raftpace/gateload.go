@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/client"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node"
@@ -156,7 +157,7 @@ func (g *gateLoadFlags) registerPolicy(ctx context.Context, n *node.Node, log *s
 	for k, l := range p.Limits {
 		lim := fsm.Limit{Rate: l.Rate, Burst: max(l.Burst, 1)}
 		if err := c.Register(ctx, k, lim); err != nil {
-			if errors.Is(err, node.ErrPolicyConflict) {
+			if errors.Is(err, raftpace.ErrPolicyConflict) {
 				log.Error("policy file disagrees with the cluster; keeping the cluster's value", "err", err)
 				continue
 			}
@@ -165,7 +166,7 @@ func (g *gateLoadFlags) registerPolicy(ctx context.Context, n *node.Node, log *s
 	}
 	for k, m := range p.Caps {
 		if err := c.RegisterCap(ctx, k, m); err != nil {
-			if errors.Is(err, node.ErrPolicyConflict) {
+			if errors.Is(err, raftpace.ErrPolicyConflict) {
 				log.Error("policy file disagrees with the cluster; keeping the cluster's value", "err", err)
 				continue
 			}
@@ -266,7 +267,7 @@ func (g *gateLoadFlags) slotWorker(ctx context.Context, c *client.Client, nodeID
 		h, err := c.Acquire(actx, keys, g.slotTTL)
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, node.ErrConcurrencyLimit) {
+			if ctx.Err() == nil && !errors.Is(err, raftpace.ErrConcurrencyLimit) {
 				tl.log(slog.LevelWarn, "load-slots", err)
 				sleep(ctx, 50*time.Millisecond)
 			}

@@ -10,11 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/bench"
 	"github.com/raftpace/raftpace/client"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/gcra"
-	"github.com/raftpace/raftpace/node"
 )
 
 // recorder receives every admitted event. *timeline.Writer is one.
@@ -96,7 +96,7 @@ func nodeTarget(n loadNode, mode string, grace time.Duration) loadTarget {
 		ready: n.WaitForLeader,
 		limitKnown: func(ctx context.Context, key string) bool {
 			_, err := n.Limit(ctx, key)
-			return !errors.Is(err, node.ErrUnknownKey)
+			return !errors.Is(err, raftpace.ErrUnknownKey)
 		},
 	}
 	if mode == "solo" {
@@ -290,7 +290,7 @@ func (w *loadWorker) take(ctx context.Context, deadline time.Time) error {
 		r, err := w.res.ReserveN(ctx, w.key, 1, maxWait)
 		took := time.Since(t0)
 		if err != nil {
-			if errors.Is(err, node.ErrLimitExceeded) {
+			if errors.Is(err, raftpace.ErrLimitExceeded) {
 				w.lat.Record(took)
 			}
 			return err
@@ -346,7 +346,7 @@ func (w *loadWorker) open(ctx context.Context, queue <-chan struct{}, maxWait ti
 		case err == nil:
 			w.admit()
 			backoff = minErrorBackoff
-		case errors.Is(err, node.ErrLimitExceeded):
+		case errors.Is(err, raftpace.ErrLimitExceeded):
 			w.k.shed.Add(1)
 		default:
 			if !w.failed(ctx, err, &backoff) {
@@ -362,9 +362,9 @@ func (w *loadWorker) failed(ctx context.Context, err error, backoff *time.Durati
 	switch {
 	case ctx.Err() != nil:
 		return false
-	case errors.Is(err, node.ErrClosed):
+	case errors.Is(err, raftpace.ErrClosed):
 		return false
-	case errors.Is(err, node.ErrUnknownKey):
+	case errors.Is(err, raftpace.ErrUnknownKey):
 		w.errs.log(slog.LevelInfo, "load: no limit set for the key yet; retrying", nil)
 		return sleep(ctx, unknownKeyRetry)
 	}

@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/admin"
 	"github.com/raftpace/raftpace/node"
@@ -435,7 +436,7 @@ func (c *cli) limitGet(args []string) error {
 	defer cancel()
 	lim, err := o.client().Limit(ctx, key)
 	if err != nil {
-		if errors.Is(err, node.ErrUnknownKey) {
+		if errors.Is(err, raftpace.ErrUnknownKey) {
 			return fmt.Errorf("limit get %q: unknown key: no limit is set for it (set one with: raftpace limit set %s --rate R)", key, key)
 		}
 		return fmt.Errorf("limit get %q: %w", key, err)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/admin"
 	"github.com/raftpace/raftpace/node"
@@ -75,7 +76,7 @@ func (f *fakeNode) Limit(ctx context.Context, key string) (fsm.Limit, error) {
 	defer f.mu.Unlock()
 	lim, ok := f.limits[key]
 	if !ok {
-		return fsm.Limit{}, fmt.Errorf("node: limit %q: %w", key, node.ErrUnknownKey)
+		return fsm.Limit{}, fmt.Errorf("node: limit %q: %w", key, raftpace.ErrUnknownKey)
 	}
 	return lim, nil
 }
@@ -95,7 +96,7 @@ func (f *fakeNode) Join(ctx context.Context, addrs []string) (int, error) {
 	}
 	for _, a := range addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			return 0, fmt.Errorf("node: join: %w: address %q: must be host:port", node.ErrInvalidRequest, a)
+			return 0, fmt.Errorf("node: join: %w: address %q: must be host:port", raftpace.ErrInvalidRequest, a)
 		}
 	}
 	f.mu.Lock()
@@ -241,10 +242,10 @@ func TestHandler_ErrorStatuses(t *testing.T) {
 		err  error
 		code int
 	}{
-		{fmt.Errorf("node: set limit: %w: bad", node.ErrInvalidRequest), 400},
-		{fmt.Errorf("node: %w", node.ErrUnknownKey), 404},
-		{fmt.Errorf("node: set limit \"k\": %w: %w", node.ErrNoLeader, context.DeadlineExceeded), 503},
-		{node.ErrClosed, 503},
+		{fmt.Errorf("node: set limit: %w: bad", raftpace.ErrInvalidRequest), 400},
+		{fmt.Errorf("node: %w", raftpace.ErrUnknownKey), 404},
+		{fmt.Errorf("node: set limit \"k\": %w: %w", raftpace.ErrNoLeader, context.DeadlineExceeded), 503},
+		{raftpace.ErrClosed, 503},
 		{fmt.Errorf("waiting: %w", context.DeadlineExceeded), 503},
 		{errors.New("disk on fire"), 500},
 	}
@@ -358,16 +359,16 @@ func TestClient(t *testing.T) {
 	// Errors carry the server's message and unwrap to node's sentinels.
 	_, err = c.Limit(ctx, "missing")
 	var ae *admin.Error
-	if !errors.As(err, &ae) || ae.StatusCode != 404 || !errors.Is(err, node.ErrUnknownKey) ||
+	if !errors.As(err, &ae) || ae.StatusCode != 404 || !errors.Is(err, raftpace.ErrUnknownKey) ||
 		err.Error() != `node: limit "missing": unknown key` {
 		t.Errorf("Limit(missing) = %v", err)
 	}
 	_, err = c.Join(ctx, []string{"bad"})
-	if !errors.Is(err, node.ErrInvalidRequest) || !strings.Contains(err.Error(), `"bad": must be host:port`) {
+	if !errors.Is(err, raftpace.ErrInvalidRequest) || !strings.Contains(err.Error(), `"bad": must be host:port`) {
 		t.Errorf("Join(bad) = %v", err)
 	}
 	_, err = c.Limit(ctx, "a b")
-	if !errors.Is(err, node.ErrInvalidRequest) || !strings.Contains(err.Error(), "contains whitespace") {
+	if !errors.Is(err, raftpace.ErrInvalidRequest) || !strings.Contains(err.Error(), "contains whitespace") {
 		t.Errorf("Limit(a b) = %v", err)
 	}
 	// Invalid limits are refused before the request (JSON has no NaN).
@@ -382,12 +383,12 @@ func TestClient(t *testing.T) {
 		{fsm.Limit{Rate: 1, Burst: 0}, "Burst 0: must be >= 1"},
 	} {
 		err := c.SetLimit(ctx, "k", tc.lim)
-		if !errors.Is(err, node.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, raftpace.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("SetLimit(%+v) = %v, want %q", tc.lim, err, tc.want)
 		}
 	}
-	f.err = fmt.Errorf("node: %w: context deadline exceeded", node.ErrNoLeader)
-	if _, err := c.Limits(ctx); !errors.Is(err, node.ErrNoLeader) {
+	f.err = fmt.Errorf("node: %w: context deadline exceeded", raftpace.ErrNoLeader)
+	if _, err := c.Limits(ctx); !errors.Is(err, raftpace.ErrNoLeader) {
 		t.Errorf("Limits with no leader = %v", err)
 	}
 	f.err = errors.New("boom")
@@ -409,11 +410,11 @@ func TestClient_Leave(t *testing.T) {
 	}
 	// A failed leave is reported with the node's message.
 	f.mu.Lock()
-	f.leaveErr = fmt.Errorf("node: leave: %w: context deadline exceeded", node.ErrNoLeader)
+	f.leaveErr = fmt.Errorf("node: leave: %w: context deadline exceeded", raftpace.ErrNoLeader)
 	f.mu.Unlock()
 	err := c.Leave(context.Background())
 	<-f.left
-	if !errors.Is(err, node.ErrNoLeader) || !strings.Contains(err.Error(), "node: leave: no leader") {
+	if !errors.Is(err, raftpace.ErrNoLeader) || !strings.Contains(err.Error(), "node: leave: no leader") {
 		t.Errorf("Leave = %v", err)
 	}
 	// A body is ignored (but bounded).

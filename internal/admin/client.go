@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node"
 )
@@ -38,8 +39,8 @@ func (e *UnreachableError) Error() string {
 func (e *UnreachableError) Unwrap() []error { return []error{ErrUnreachable, e.Err} }
 
 // Error is an error answer of the admin API. It unwraps to the node
-// sentinel its status stands for: node.ErrInvalidRequest (400),
-// node.ErrUnknownKey (404), node.ErrNoLeader (503), or to ErrUnauthorized
+// sentinel its status stands for: raftpace.ErrInvalidRequest (400),
+// raftpace.ErrUnknownKey (404), raftpace.ErrNoLeader (503), or to ErrUnauthorized
 // (401).
 type Error struct {
 	StatusCode int    // HTTP status
@@ -52,11 +53,11 @@ func (e *Error) Error() string { return e.Message }
 func (e *Error) Unwrap() error {
 	switch e.StatusCode {
 	case http.StatusBadRequest:
-		return node.ErrInvalidRequest
+		return raftpace.ErrInvalidRequest
 	case http.StatusNotFound:
-		return node.ErrUnknownKey
+		return raftpace.ErrUnknownKey
 	case http.StatusServiceUnavailable:
-		return node.ErrNoLeader
+		return raftpace.ErrNoLeader
 	case http.StatusUnauthorized:
 		return ErrUnauthorized
 	}
@@ -179,7 +180,7 @@ func (c *Client) SetLimit(ctx context.Context, key string, lim fsm.Limit) error 
 	return c.do(ctx, http.MethodPut, limitPath(key), Limit{Rate: lim.Rate, Burst: lim.Burst}, nil, http.StatusOK)
 }
 
-// Limit returns key's limit; the error unwraps to node.ErrUnknownKey if
+// Limit returns key's limit; the error unwraps to raftpace.ErrUnknownKey if
 // none is set.
 func (c *Client) Limit(ctx context.Context, key string) (fsm.Limit, error) {
 	var kl KeyLimit

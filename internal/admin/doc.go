@@ -42,17 +42,17 @@
 //	     fsm's, naming the field and the rule), malformed JSON, unknown
 //	     fields, trailing data, a body over 64 KiB (MaxBodyBytes)
 //	401  a token is required and the request had none or another one
-//	404  no limit is set for the key (node.ErrUnknownKey), or no such route
+//	404  no limit is set for the key (raftpace.ErrUnknownKey), or no such route
 //	405  the route exists but not for this method (see the Allow header)
-//	503  no leader could be reached (node.ErrNoLeader), the node is closed,
+//	503  no leader could be reached (raftpace.ErrNoLeader), the node is closed,
 //	     or the request's time (RequestTimeout, 10 s) ran out
 //	500  anything else
 //
 // # Client
 //
 // Client calls the API; its errors carry the server's message and, through
-// *Error, unwrap to node.ErrInvalidRequest (400), node.ErrUnknownKey (404)
-// or node.ErrNoLeader (503). When the agent cannot be reached at all the
+// *Error, unwrap to raftpace.ErrInvalidRequest (400), raftpace.ErrUnknownKey (404)
+// or raftpace.ErrNoLeader (503). When the agent cannot be reached at all the
 // error wraps ErrUnreachable and says so:
 //
 //	c := &admin.Client{Addr: "127.0.0.1:7402"}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/internal/admin"
-	"github.com/raftpace/raftpace/node"
 )
 
 func (f *fakeNode) Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error) {
@@ -100,7 +100,7 @@ func TestHandler_GateRoutes(t *testing.T) {
 		t.Errorf("client Caps = %v, %v", caps, err)
 	}
 	f.mu.Lock()
-	f.err = node.ErrNoLeader
+	f.err = raftpace.ErrNoLeader
 	f.mu.Unlock()
 	var ae *admin.Error
 	if _, err := cl.Pause(ctx, "acme", time.Second); !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node"
 )
@@ -296,12 +297,12 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 // StatusFor maps a node error to the HTTP status the API answers with.
 func StatusFor(err error) int {
 	switch {
-	case errors.Is(err, node.ErrInvalidRequest), errors.Is(err, fsm.ErrInvalidKey),
+	case errors.Is(err, raftpace.ErrInvalidRequest), errors.Is(err, fsm.ErrInvalidKey),
 		errors.Is(err, fsm.ErrInvalidLimit), errors.Is(err, fsm.ErrInvalidID):
 		return http.StatusBadRequest
-	case errors.Is(err, node.ErrUnknownKey):
+	case errors.Is(err, raftpace.ErrUnknownKey):
 		return http.StatusNotFound
-	case errors.Is(err, node.ErrNoLeader), errors.Is(err, node.ErrClosed), errors.Is(err, node.ErrStopped),
+	case errors.Is(err, raftpace.ErrNoLeader), errors.Is(err, raftpace.ErrClosed), errors.Is(err, raftpace.ErrStopped),
 		errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable
 	default:
@@ -312,7 +313,7 @@ func StatusFor(err error) int {
 func writeNodeError(w http.ResponseWriter, err error) {
 	code := StatusFor(err)
 	msg := oneLine(err)
-	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, node.ErrNoLeader) {
+	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, raftpace.ErrNoLeader) {
 		msg = fmt.Sprintf("timed out after %v: %s", RequestTimeout, msg)
 	}
 	writeError(w, code, msg)

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/admin"
-	"github.com/raftpace/raftpace/node"
 )
 
 const testToken = "0123456789abcdef0123456789abcdef"
@@ -73,7 +73,7 @@ func TestToken_Required(t *testing.T) {
 	if _, err := c.Status(ctx); err != nil {
 		t.Fatalf("Status with the token: %v", err)
 	}
-	if _, err := c.Limit(ctx, "nope"); !errors.Is(err, node.ErrUnknownKey) {
+	if _, err := c.Limit(ctx, "nope"); !errors.Is(err, raftpace.ErrUnknownKey) {
 		t.Errorf("routes after the check still work: %v", err)
 	}
 

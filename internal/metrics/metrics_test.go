@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/node"
@@ -112,21 +113,21 @@ func TestCollector_Node(t *testing.T) {
 	must(err)
 	_, err = n.Reserve(ctx, "slow", 1, time.Second)
 	must(err)
-	if _, err := n.Reserve(ctx, "slow", 1, 0); !errors.Is(err, node.ErrLimitExceeded) {
+	if _, err := n.Reserve(ctx, "slow", 1, 0); !errors.Is(err, raftpace.ErrLimitExceeded) {
 		t.Fatalf("second reservation of slow: %v, want ErrLimitExceeded", err)
 	}
-	if _, err := n.Reserve(ctx, "nope", 1, time.Second); !errors.Is(err, node.ErrUnknownKey) {
+	if _, err := n.Reserve(ctx, "nope", 1, time.Second); !errors.Is(err, raftpace.ErrUnknownKey) {
 		t.Fatalf("unknown key: %v", err)
 	}
 	_, err = n.Pause(ctx, "held", 30*time.Second)
 	must(err)
-	var pe *node.PausedError
+	var pe *raftpace.PausedError
 	if _, err := n.Reserve(ctx, "held", 1, 0); !errors.As(err, &pe) {
 		t.Fatalf("paused key: %v", err)
 	}
 	s, err := n.AcquireSlots(ctx, []string{"cap"}, 10*time.Second, 0)
 	must(err)
-	if _, err := n.AcquireSlots(ctx, []string{"cap"}, 10*time.Second, 0); !errors.Is(err, node.ErrConcurrencyLimit) {
+	if _, err := n.AcquireSlots(ctx, []string{"cap"}, 10*time.Second, 0); !errors.Is(err, raftpace.ErrConcurrencyLimit) {
 		t.Fatalf("second slot: %v", err)
 	}
 	_ = s

@@ -1,0 +1,26 @@
+package raftpace
+
+import "time"
+
+// Reservation is a grant of events: they may go at At, and must go no
+// later than UseBy. Both are readings of this host's clock (with monotonic
+// time). A caller that cannot use them by UseBy must drop them and reserve
+// again: using them later would widen the ceiling's delta term.
+type Reservation struct {
+	At    time.Time
+	UseBy time.Time
+}
+
+// Delay is how long to wait from now until the events may go.
+func (r Reservation) Delay() time.Duration { return max(0, time.Until(r.At)) }
+
+// Slot is a held concurrency slot on one or more keys (taken together, all
+// or nothing). Deadline is when the slot is reclaimed however its holder
+// fares: the holder must be done with the guarded work by then (bound it
+// with a context deadline). Give it back with ReleaseSlot on the node or
+// client that granted it.
+type Slot struct {
+	ID       string
+	Keys     []string
+	Deadline time.Time
+}
