@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftpace/raftpace/internal/admin"
+	"github.com/raftpace/raftpace/agent/admin"
 	"github.com/raftpace/raftpace/node"
 )
 

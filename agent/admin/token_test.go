@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/raftpace/raftpace/agent/admin"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/admin"
 	"github.com/raftpace/raftpace/node"
 )
 

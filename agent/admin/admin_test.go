@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace/agent/admin"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/admin"
 	"github.com/raftpace/raftpace/node"
 )
 
