@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/raftpace/raftpace/agent/admin"
 	"github.com/raftpace/raftpace/client"
-	"github.com/raftpace/raftpace/internal/admin"
 	"github.com/raftpace/raftpace/node"
 )
 

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/nodetest"
 )
 
 // BenchmarkReserve measures one reservation at an effectively unlimited rate
@@ -27,7 +27,7 @@ func BenchmarkReserve(b *testing.B) {
 			name = "no-leases"
 		}
 		b.Run(name, func(b *testing.B) {
-			c := testcluster.New(b, 3, func(_ int, cfg *node.Config) {
+			c := nodetest.New(b, 3, func(_ int, cfg *node.Config) {
 				cfg.Timing = node.LANTiming()
 				cfg.DisableLeases = !leases
 			})

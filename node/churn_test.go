@@ -9,8 +9,8 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/nodetest"
 )
 
 // A leader that leaves hands over at its exact cursors: the successor
@@ -21,8 +21,8 @@ import (
 // The departed leader's fraction comes back at once: the two left admit
 // the full rate.
 func TestChurn_LeaderLeavesWithoutAGap(t *testing.T) {
-	c := testcluster.New(t, 3, func(_ int, cfg *node.Config) { cfg.HorizonAhead = 3 * time.Second })
-	ctx := testcluster.Ctx(t, 60*time.Second)
+	c := nodetest.New(t, 3, func(_ int, cfg *node.Config) { cfg.HorizonAhead = 3 * time.Second })
+	ctx := nodetest.Ctx(t, 60*time.Second)
 	const rate = 40
 	if err := c.Node(0).SetLimit(ctx, "k", fsm.Limit{Rate: rate, Burst: 1}); err != nil {
 		t.Fatal(err)

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/nodetest"
 )
 
 func roles(t *testing.T, n *node.Node) map[string]string {
@@ -39,7 +39,7 @@ func countRoles(r map[string]string) (voters, nonvoters int) {
 // Five nodes bootstrapped together with the default voter target: three
 // voters, two nonvoters.
 func TestCluster_NodesBeyondVoterTargetAreNonvoters(t *testing.T) {
-	c := testcluster.New(t, 5)
+	c := nodetest.New(t, 5)
 	leader := c.Node(c.Leader())
 	waitFor(t, 15*time.Second, func() bool {
 		v, nv := countRoles(roles(t, leader))
@@ -51,8 +51,8 @@ func TestCluster_NodesBeyondVoterTargetAreNonvoters(t *testing.T) {
 // a nonvoter: the three voters are there); when a voter leaves, the
 // nonvoter is promoted.
 func TestCluster_JoinAndLeave(t *testing.T) {
-	c := testcluster.New(t, 3)
-	ctx := testcluster.Ctx(t, 60*time.Second)
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 60*time.Second)
 	if err := c.Node(0).SetLimit(ctx, "k", fsm.Limit{Rate: 100, Burst: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +108,8 @@ func TestCluster_JoinAndLeave(t *testing.T) {
 
 // A joining node with a bad address is refused with an error naming it.
 func TestCluster_JoinBadAddress(t *testing.T) {
-	c := testcluster.New(t, 1)
-	ctx := testcluster.Ctx(t, 10*time.Second)
+	c := nodetest.New(t, 1)
+	ctx := nodetest.Ctx(t, 10*time.Second)
 	for _, addrs := range [][]string{nil, {"no-port"}, {"127.0.0.1:notaport"}} {
 		if _, err := c.Node(0).Join(ctx, addrs); err == nil {
 			t.Errorf("Join(%v) accepted", addrs)

@@ -15,8 +15,8 @@ import (
 
 	"github.com/raftpace/raftpace/client"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/nodetest"
 )
 
 // TestFlood_FollowerKeepsAdmitting floods a follower's transport port from
@@ -51,8 +51,8 @@ func TestFlood_FollowerKeepsAdmitting(t *testing.T) {
 	// Production timing: FastTiming's 100 ms leader lease is lost to CPU
 	// contention alone on a loaded 2-core machine under -race, and the
 	// resulting elections would hide what the flood does.
-	c := testcluster.New(t, 3, func(_ int, cfg *node.Config) { cfg.Timing = node.LANTiming() })
-	ctx := testcluster.Ctx(t, 60*time.Second)
+	c := nodetest.New(t, 3, func(_ int, cfg *node.Config) { cfg.Timing = node.LANTiming() })
+	ctx := nodetest.Ctx(t, 60*time.Second)
 	fi := c.Followers()[0]
 	f := c.Node(fi)
 	lim := fsm.Limit{Rate: 200, Burst: 1}

@@ -13,13 +13,13 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/client"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/nodetest"
 )
 
 func TestPause_HoldsEveryNodeAndOnlyItsKey(t *testing.T) {
-	c := testcluster.New(t, 3)
-	ctx := testcluster.Ctx(t, 30*time.Second)
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 30*time.Second)
 	for _, key := range []string{"acme", "other"} {
 		if err := c.Node(0).SetLimit(ctx, key, fsm.Limit{Rate: 1000, Burst: 10}); err != nil {
 			t.Fatal(err)
@@ -65,8 +65,8 @@ func TestPause_HoldsEveryNodeAndOnlyItsKey(t *testing.T) {
 }
 
 func TestPause_AtomicMaximum(t *testing.T) {
-	c := testcluster.New(t, 3)
-	ctx := testcluster.Ctx(t, 30*time.Second)
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 30*time.Second)
 	// Concurrent 30s and 5s hints from two nodes, many times over: the
 	// 30s deadline always stays.
 	var wg sync.WaitGroup
@@ -98,8 +98,8 @@ func TestPause_AtomicMaximum(t *testing.T) {
 }
 
 func TestPause_BadInput(t *testing.T) {
-	c := testcluster.New(t, 1)
-	ctx := testcluster.Ctx(t, 10*time.Second)
+	c := nodetest.New(t, 1)
+	ctx := nodetest.Ctx(t, 10*time.Second)
 	for _, d := range []time.Duration{0, -time.Second, fsm.MaxPause + 1} {
 		if _, err := c.Node(0).Pause(ctx, "k", d); !errors.Is(err, raftpace.ErrInvalidRequest) {
 			t.Errorf("Pause(%v) = %v, want ErrInvalidRequest", d, err)
@@ -145,7 +145,7 @@ func maxOverlap(iv []interval, key string) int {
 
 // holdSlots runs workers on every node that take slots on keys(worker),
 // hold them for a random 5-40ms and give them back, until ctx ends.
-func holdSlots(ctx context.Context, t *testing.T, c *testcluster.Cluster, workers int, keys func(w int) []string) []interval {
+func holdSlots(ctx context.Context, t *testing.T, c *nodetest.Cluster, workers int, keys func(w int) []string) []interval {
 	var mu sync.Mutex
 	var out []interval
 	var wg sync.WaitGroup
@@ -181,8 +181,8 @@ func holdSlots(ctx context.Context, t *testing.T, c *testcluster.Cluster, worker
 }
 
 func TestSlots_CapHoldsAcrossNodes(t *testing.T) {
-	c := testcluster.New(t, 3)
-	ctx := testcluster.Ctx(t, 30*time.Second)
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 30*time.Second)
 	if err := c.Node(0).SetCap(ctx, "llm", 5); err != nil {
 		t.Fatal(err)
 	}
@@ -216,8 +216,8 @@ func TestSlots_CapHoldsAcrossNodes(t *testing.T) {
 }
 
 func TestSlots_ExpireAfterTTLAndReleaseIsIdempotent(t *testing.T) {
-	c := testcluster.New(t, 3)
-	ctx := testcluster.Ctx(t, 30*time.Second)
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 30*time.Second)
 	if err := c.Node(0).SetCap(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -250,8 +250,8 @@ func TestSlots_ExpireAfterTTLAndReleaseIsIdempotent(t *testing.T) {
 }
 
 func TestSlots_SurviveLeaderChange(t *testing.T) {
-	c := testcluster.New(t, 3)
-	ctx := testcluster.Ctx(t, 60*time.Second)
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 60*time.Second)
 	if err := c.Node(0).SetCap(ctx, "k", 2); err != nil {
 		t.Fatal(err)
 	}
@@ -271,8 +271,8 @@ func TestSlots_SurviveLeaderChange(t *testing.T) {
 }
 
 func TestSlots_BadInput(t *testing.T) {
-	c := testcluster.New(t, 1)
-	ctx := testcluster.Ctx(t, 10*time.Second)
+	c := nodetest.New(t, 1)
+	ctx := nodetest.Ctx(t, 10*time.Second)
 	n := c.Node(0)
 	if err := n.SetCap(ctx, "k", 0); !errors.Is(err, raftpace.ErrInvalidRequest) {
 		t.Errorf("SetCap 0 = %v, want ErrInvalidRequest", err)
@@ -297,11 +297,11 @@ func TestSlots_BadInput(t *testing.T) {
 }
 
 func TestSlots_QuorumLossGrantsTheMembersFraction(t *testing.T) {
-	c := testcluster.New(t, 3, func(_ int, cfg *node.Config) {
+	c := nodetest.New(t, 3, func(_ int, cfg *node.Config) {
 		cfg.ShareTTL = 300 * time.Millisecond
 		cfg.MaxSlotTTL = time.Second
 	})
-	ctx := testcluster.Ctx(t, 60*time.Second)
+	ctx := nodetest.Ctx(t, 60*time.Second)
 	if err := c.Node(0).SetCap(ctx, "k", 6); err != nil {
 		t.Fatal(err)
 	}
@@ -367,8 +367,8 @@ func TestSlots_QuorumLossGrantsTheMembersFraction(t *testing.T) {
 // A caller whose maximum wait is its context's deadline (client.Acquire,
 // the HTTP transport) hears ErrConcurrencyLimit, not the context's error.
 func TestSlots_ContextDeadlineReadsAsConcurrencyLimit(t *testing.T) {
-	c := testcluster.New(t, 3)
-	ctx := testcluster.Ctx(t, 30*time.Second)
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 30*time.Second)
 	if err := c.Node(0).SetCap(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -390,8 +390,8 @@ func TestSlots_ContextDeadlineReadsAsConcurrencyLimit(t *testing.T) {
 // An unknown key is refused as unknown even with a zero maximum wait (the
 // lease path used to answer "limit exceeded" before asking the leader).
 func TestReserve_UnknownKeyWithZeroWait(t *testing.T) {
-	c := testcluster.New(t, 3)
-	ctx := testcluster.Ctx(t, 20*time.Second)
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 20*time.Second)
 	for i := range c.Size() {
 		if _, err := c.Node(i).Reserve(ctx, "nobody-set-this", 1, 0); !errors.Is(err, raftpace.ErrUnknownKey) {
 			t.Errorf("node %d: Reserve of an unknown key with max wait 0 = %v, want ErrUnknownKey", i, err)

@@ -12,7 +12,7 @@ import (
 	"github.com/raftpace/raftpace/transport"
 )
 
-// Counters for monitoring (internal/metrics exports them to Prometheus):
+// Counters for monitoring (agent/metrics exports them to Prometheus):
 // reservation outcomes per key, the wait of granted reservations, raft
 // apply latency and leadership transitions. They cost a few atomic adds per
 // reservation; nothing here is package-global.

@@ -13,9 +13,9 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/client"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/internal/timeline"
 	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/nodetest"
 )
 
 func TestConfig_ReportsEveryProblem(t *testing.T) {
@@ -97,9 +97,9 @@ func checkCeiling(t *testing.T, events []timeline.Event, key string, lim fsm.Lim
 }
 
 func TestNode_SingleNodePaces(t *testing.T) {
-	c := testcluster.New(t, 1)
+	c := nodetest.New(t, 1)
 	n := c.Node(0)
-	ctx := testcluster.Ctx(t, 30*time.Second)
+	ctx := nodetest.Ctx(t, 30*time.Second)
 	lim := fsm.Limit{Rate: 50, Burst: 1}
 	if err := n.SetLimit(ctx, "k", lim); err != nil {
 		t.Fatal(err)
@@ -111,8 +111,8 @@ func TestNode_SingleNodePaces(t *testing.T) {
 }
 
 func TestNode_ThreeNodesShareOneRate(t *testing.T) {
-	c := testcluster.New(t, 3)
-	ctx := testcluster.Ctx(t, 60*time.Second)
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 60*time.Second)
 	lim := fsm.Limit{Rate: 40, Burst: 2}
 	f := c.Followers()[0]
 	// A limit set through a follower is readable on that follower at once.
@@ -135,8 +135,8 @@ func TestNode_ThreeNodesShareOneRate(t *testing.T) {
 }
 
 func TestNode_ReserveShedsPastMaxWait(t *testing.T) {
-	c := testcluster.New(t, 3)
-	ctx := testcluster.Ctx(t, 30*time.Second)
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 30*time.Second)
 	lim := fsm.Limit{Rate: 1, Burst: 1}
 	if err := c.Node(0).SetLimit(ctx, "slow", lim); err != nil {
 		t.Fatal(err)
@@ -159,8 +159,8 @@ func TestNode_ReserveShedsPastMaxWait(t *testing.T) {
 }
 
 func TestNode_BadInput(t *testing.T) {
-	c := testcluster.New(t, 3)
-	ctx := testcluster.Ctx(t, 30*time.Second)
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 30*time.Second)
 	f := c.Node(c.Followers()[0])
 	good := fsm.Limit{Rate: 5, Burst: 1}
 	if err := f.SetLimit(ctx, "ok", good); err != nil {
@@ -231,9 +231,9 @@ func TestNode_LeaderFailoverWithoutHorizonsBreaksCeiling(t *testing.T) {
 	}
 }
 
-func failover(t *testing.T, opts ...testcluster.Option) timeline.KeyReport {
-	c := testcluster.New(t, 3, opts...)
-	ctx := testcluster.Ctx(t, 60*time.Second)
+func failover(t *testing.T, opts ...nodetest.Option) timeline.KeyReport {
+	c := nodetest.New(t, 3, opts...)
+	ctx := nodetest.Ctx(t, 60*time.Second)
 	lim := fsm.Limit{Rate: 50, Burst: 5}
 	if err := c.Node(0).SetLimit(ctx, "fo", lim); err != nil {
 		t.Fatal(err)
@@ -269,8 +269,8 @@ func failover(t *testing.T, opts ...testcluster.Option) timeline.KeyReport {
 }
 
 func TestNode_LimitsSurviveRestart(t *testing.T) {
-	c := testcluster.New(t, 3)
-	ctx := testcluster.Ctx(t, 60*time.Second)
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 60*time.Second)
 	lim := fsm.Limit{Rate: 7, Burst: 3}
 	if err := c.Node(1).SetLimit(ctx, "persist", lim); err != nil {
 		t.Fatal(err)

@@ -15,9 +15,9 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/internal/timeline"
 	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/nodetest"
 )
 
 // testPostgres returns the test server's URL and a fresh schema dropped at
@@ -58,8 +58,8 @@ func restartFromEmpty(t *testing.T, unsafe node.Unsafe) ([]timeline.Event, fsm.L
 		c.Unsafe = unsafe
 	}
 	lim := fsm.Limit{Rate: 50, Burst: 20}
-	first := testcluster.New(t, 3, opt)
-	ctx := testcluster.Ctx(t, 90*time.Second)
+	first := nodetest.New(t, 3, opt)
+	ctx := nodetest.Ctx(t, 90*time.Second)
 	if err := first.Node(0).SetLimit(ctx, "r", lim); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func restartFromEmpty(t *testing.T, unsafe node.Unsafe) ([]timeline.Event, fsm.L
 	time.Sleep(300 * time.Millisecond) // a last checkpoint with the latest horizon
 	first.Close()
 
-	second := testcluster.New(t, 3, opt)
+	second := nodetest.New(t, 3, opt)
 	restored := false
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
@@ -143,8 +143,8 @@ func TestPostgres_RestoreCapsAndPauses(t *testing.T) {
 	}
 	const pause = 30 * time.Second
 	lim := fsm.Limit{Rate: 50, Burst: 5}
-	first := testcluster.New(t, 3, opt)
-	ctx := testcluster.Ctx(t, 90*time.Second)
+	first := nodetest.New(t, 3, opt)
+	ctx := nodetest.Ctx(t, 90*time.Second)
 	n0 := first.Node(0)
 	for _, key := range []string{"p", "short"} {
 		if err := n0.SetLimit(ctx, key, lim); err != nil {
@@ -170,7 +170,7 @@ func TestPostgres_RestoreCapsAndPauses(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // a last checkpoint, after "short" ended
 	first.Close()
 
-	second := testcluster.New(t, 3, opt)
+	second := nodetest.New(t, 3, opt)
 	wantCaps := map[string]int{"c": 3, "big": fsm.MaxCap}
 	for i := 0; i < 3; i++ {
 		nd := second.Node(i)
@@ -219,13 +219,13 @@ func TestPostgres_RestoreCapsAndPauses(t *testing.T) {
 // the rate) serve whichever of them has demand.
 func TestPostgres_PooledFallback(t *testing.T) {
 	url, schema := testPostgres(t)
-	c := testcluster.New(t, 5, fastShares, func(_ int, cfg *node.Config) {
+	c := nodetest.New(t, 5, fastShares, func(_ int, cfg *node.Config) {
 		cfg.PostgresURL, cfg.PostgresSchema = url, schema
 		cfg.ClusterName = "pooled"
 		cfg.FallbackFor = 30 * time.Second
 		cfg.ReapMargin = 6 * time.Second
 	})
-	ctx := testcluster.Ctx(t, 90*time.Second)
+	ctx := nodetest.Ctx(t, 90*time.Second)
 	lim := fsm.Limit{Rate: 60, Burst: 5}
 	if err := c.Node(0).SetLimit(ctx, "p", lim); err != nil {
 		t.Fatal(err)

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/nodetest"
 )
 
 // A slow key whose callers queue well ahead costs a follower one call to
@@ -17,7 +17,7 @@ import (
 // slot is later still and the prefetch would only be refused. Before, every
 // event at 2/s cost two calls.
 func TestLeases_NoHopelessPrefetchForASlowKey(t *testing.T) {
-	c := testcluster.New(t, 3, func(_ int, cfg *node.Config) { cfg.HorizonAhead = time.Second })
+	c := nodetest.New(t, 3, func(_ int, cfg *node.Config) { cfg.HorizonAhead = time.Second })
 	ctx := context.Background()
 	if err := c.Node(c.Leader()).SetLimit(ctx, "slow", fsm.Limit{Rate: 2, Burst: 1}); err != nil {
 		t.Fatal(err)

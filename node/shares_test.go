@@ -9,9 +9,9 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/internal/timeline"
 	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/nodetest"
 )
 
 func fastShares(_ int, c *node.Config) {
@@ -23,8 +23,8 @@ func fastShares(_ int, c *node.Config) {
 // Every member's fallback fraction converges to 1/N and the leader holds
 // all of them: it paces at the full rate.
 func TestShares_FractionsConvergeAndAreHeld(t *testing.T) {
-	c := testcluster.New(t, 3, fastShares)
-	ctx := testcluster.Ctx(t, 30*time.Second)
+	c := nodetest.New(t, 3, fastShares)
+	ctx := nodetest.Ctx(t, 30*time.Second)
 	waitFor(t, 15*time.Second, func() bool {
 		st, err := c.Node(c.Leader()).Status(ctx)
 		if err != nil || math.Abs(st.HeldFraction-1) > 1e-9 {
@@ -47,9 +47,9 @@ func TestShares_FractionsConvergeAndAreHeld(t *testing.T) {
 
 // quorumLoss kills two of three nodes and loads the survivor for 3 s: it
 // falls back to pacing at its fraction of the rate.
-func quorumLoss(t *testing.T, opts ...testcluster.Option) (timeline.KeyReport, node.Status) {
-	c := testcluster.New(t, 3, append([]testcluster.Option{fastShares}, opts...)...)
-	ctx := testcluster.Ctx(t, 60*time.Second)
+func quorumLoss(t *testing.T, opts ...nodetest.Option) (timeline.KeyReport, node.Status) {
+	c := nodetest.New(t, 3, append([]nodetest.Option{fastShares}, opts...)...)
+	ctx := nodetest.Ctx(t, 60*time.Second)
 	lim := fsm.Limit{Rate: 60, Burst: 3}
 	if err := c.Node(0).SetLimit(ctx, "q", lim); err != nil {
 		t.Fatal(err)
@@ -109,8 +109,8 @@ func TestShares_QuorumLossAtFullRateIsCaught(t *testing.T) {
 // A node in fallback longer than FallbackFor stops admitting, with a clear
 // error.
 func TestShares_StopsAfterFallbackBudget(t *testing.T) {
-	c := testcluster.New(t, 3, fastShares, func(_ int, c *node.Config) { c.FallbackFor = 1500 * time.Millisecond })
-	ctx := testcluster.Ctx(t, 60*time.Second)
+	c := nodetest.New(t, 3, fastShares, func(_ int, c *node.Config) { c.FallbackFor = 1500 * time.Millisecond })
+	ctx := nodetest.Ctx(t, 60*time.Second)
 	if err := c.Node(0).SetLimit(ctx, "s", fsm.Limit{Rate: 100, Burst: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,14 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/testcluster"
+	"github.com/raftpace/raftpace/node/nodetest"
 )
 
 // Sync catches a node up with what the leader had committed: a read after
 // it sees a limit set through another node.
 func TestSync_ReadsAsFreshAsTheLeader(t *testing.T) {
-	c := testcluster.New(t, 3)
-	ctx := testcluster.Ctx(t, 20*time.Second)
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 20*time.Second)
 	for i := range 20 {
 		lim := fsm.Limit{Rate: float64(i + 1), Burst: 1}
 		if err := c.Node(c.Leader()).SetLimit(ctx, "k", lim); err != nil {

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftpace/raftpace/agent/admin"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/admin"
 	"github.com/raftpace/raftpace/node"
 )
 

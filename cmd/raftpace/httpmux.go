@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/raftpace/raftpace/internal/admin"
-	"github.com/raftpace/raftpace/internal/metrics"
-	"github.com/raftpace/raftpace/internal/web"
+	"github.com/raftpace/raftpace/agent/admin"
+	"github.com/raftpace/raftpace/agent/metrics"
+	"github.com/raftpace/raftpace/agent/web"
 	"github.com/raftpace/raftpace/node"
 )
 

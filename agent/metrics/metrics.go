@@ -8,6 +8,10 @@
 //
 // raftpace's own metrics are named raftpace_*; their only labels are key
 // (a limit or cap key), outcome and mode.
+//
+// It is one of the agent's surfaces (agent/admin, agent/metrics, agent/web):
+// it sits on top of node and imports node only; node, the worker side and
+// the leaf libraries under internal/ never import it.
 package metrics
 
 import (

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace"
-	"github.com/raftpace/raftpace/internal/admin"
+	"github.com/raftpace/raftpace/agent/admin"
 )
 
 func (f *fakeNode) Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error) {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/testcluster"
 	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/nodetest"
 )
 
 // scrape GETs /metrics from h and parses the text exposition.
@@ -90,9 +90,9 @@ func want(t *testing.T, fams map[string]*dto.MetricFamily, name string, w float6
 // TestCollector_Node drives every reservation and slot outcome on a real
 // one-node cluster and reads them back from the exposition.
 func TestCollector_Node(t *testing.T) {
-	c := testcluster.New(t, 1)
+	c := nodetest.New(t, 1)
 	n := c.Node(0)
-	ctx := testcluster.Ctx(t, 30*time.Second)
+	ctx := nodetest.Ctx(t, 30*time.Second)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {

@@ -1,9 +1,14 @@
-// Package testcluster runs several raftpace nodes in one test process over
+// Package nodetest runs several raftpace nodes in one test process over
 // real TCP on loopback: ports from 127.0.0.1:0, data dirs from t.TempDir(),
 // short raft timers. RAFTPACE_TEST_LOG=1 sends the nodes' logs to stderr.
 // It is for fast tests; the tests users believe run real
 // processes of the built binary (cmd/raftpace).
-package testcluster
+//
+// It sits beside node as net/http/httptest sits beside net/http: it imports
+// node and the standard library only, and nothing outside tests imports it.
+// node's own tests use it from the external test package node_test; a test
+// in package node itself cannot import it (that would be an import cycle).
+package nodetest
 
 import (
 	"context"
@@ -55,7 +60,7 @@ func New(t testing.TB, size int, opts ...Option) *Cluster {
 		}
 		n, err := node.New(cfg)
 		if err != nil {
-			t.Fatalf("testcluster: start node %d: %v", i+1, err)
+			t.Fatalf("nodetest: start node %d: %v", i+1, err)
 		}
 		// Restarts must come back on the same addresses: raft's
 		// configuration names them.
@@ -96,7 +101,7 @@ func (c *Cluster) Leader() int {
 		c.mu.Unlock()
 		time.Sleep(10 * time.Millisecond)
 	}
-	c.t.Fatalf("testcluster: no leader within 20s")
+	c.t.Fatalf("nodetest: no leader within 20s")
 	return -1
 }
 
@@ -121,7 +126,7 @@ func (c *Cluster) Kill(i int) {
 	c.mu.Unlock()
 	if n != nil {
 		if err := n.Close(); err != nil {
-			c.t.Logf("testcluster: close n%d: %v", i+1, err)
+			c.t.Logf("nodetest: close n%d: %v", i+1, err)
 		}
 	}
 }
@@ -147,7 +152,7 @@ func (c *Cluster) Restart(i int) *node.Node {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if err != nil {
-		c.t.Fatalf("testcluster: restart n%d: %v", i+1, err)
+		c.t.Fatalf("nodetest: restart n%d: %v", i+1, err)
 	}
 	c.mu.Lock()
 	c.nodes[i] = n

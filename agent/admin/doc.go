@@ -1,6 +1,10 @@
 // Package admin is the local HTTP admin API of a raftpace agent and the
 // client the operator's commands use to call it.
 //
+// It is one of the agent's surfaces (agent/admin, agent/metrics, agent/web):
+// it sits on top of node and imports node and fsm; node, the worker side
+// and the leaf libraries under internal/ never import it.
+//
 // An agent serves NewHandler(n) on its --http address (default
 // 127.0.0.1:7402). The API speaks JSON and is meant for the local operator.
 // With WithToken (the agent's --http-token-file or RAFTPACE_HTTP_TOKEN)

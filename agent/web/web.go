@@ -9,6 +9,10 @@
 // data-burst, data-admitted10s, data-granted10s, ... on the table cells;
 // data-key, data-ceiling, data-series on each chart), so tests and scripts
 // can read them from the DOM.
+//
+// It is one of the agent's surfaces (agent/admin, agent/metrics, agent/web):
+// it sits on top of node and imports node only; node, the worker side and
+// the leaf libraries under internal/ never import it.
 package web
 
 import (

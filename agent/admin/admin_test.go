@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/agent/admin"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/admin"
 	"github.com/raftpace/raftpace/node"
 )
 

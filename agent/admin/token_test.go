@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/agent/admin"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/admin"
 )
 
 const testToken = "0123456789abcdef0123456789abcdef"
