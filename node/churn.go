@@ -11,6 +11,7 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // Membership churn (DESIGN 9). Workers come and go every day: a deploy
@@ -86,11 +87,11 @@ func (n *Node) Leave(ctx context.Context) error {
 	if err := n.gossip.ml.Leave(2 * time.Second); err != nil {
 		n.log.Warn("gossip leave", "err", err)
 	}
-	req := removeServerReq{ID: n.cfg.NodeID, Busy: busy}
+	req := wire.RemoveServerReq{ID: n.cfg.NodeID, Busy: busy}
 	err := n.untilDone(ctx, "leave", func() error {
 		// The busy time runs from now, not from when depart measured it:
 		// sending it later only makes the leader wait longer.
-		_, err := n.indexOnLeader(ctx, "leave", rpcRemoveServer, req.encode(),
+		_, err := n.indexOnLeader(ctx, "leave", wire.MethodRemoveServer, req.Encode(),
 			func() (uint64, error) { return n.departed(req) })
 		return err
 	})
@@ -116,11 +117,11 @@ func (n *Node) Leave(ctx context.Context) error {
 // departed takes a member's departure on the leader: its fraction counts
 // from now plus its busy time, and it leaves raft. reclaim forgets it once
 // the busy time has passed.
-func (n *Node) departed(req removeServerReq) (uint64, error) {
+func (n *Node) departed(req wire.RemoveServerReq) (uint64, error) {
 	if n.raft.State() != raft.Leader || !n.pacer.isLeading() {
 		// Not leading yet (a leader just handed over to this node): the
 		// release must not be lost, so the member asks again.
-		return 0, errNotLeader
+		return 0, wire.ErrNotLeader
 	}
 	if req.ID == n.cfg.NodeID {
 		return n.departSelf(req.Busy)

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // applyRaw applies an encoded command at index through the raft.FSM
@@ -42,7 +43,7 @@ func TestShares_ReleaseCountsFromItsTime(t *testing.T) {
 	s.lead(threeMembers())
 	// a and b answer at q = 1s: held for slots in [1s, 3s); c is silent.
 	for _, id := range []string{"a", "b"} {
-		s.renewed(id, clk.now(), clk.now(), shareAnswer{Fraction: 1.0 / 3})
+		s.renewed(id, clk.now(), clk.now(), wire.ShareAnswer{Fraction: 1.0 / 3})
 	}
 	if f := s.fraction(clk.at(1500*time.Millisecond), clk.at(1600*time.Millisecond)); !near(f, 2.0/3) {
 		t.Fatalf("F with c silent = %v, want 2/3", f)
@@ -72,7 +73,7 @@ func TestShares_ReleaseCountsFromItsTime(t *testing.T) {
 	// c answers again (it was alive): held by the normal rule, not
 	// released: counted only until q + TTL.
 	clk.add(2 * time.Second) // now 3s
-	s.renewed("c", clk.now(), clk.now(), shareAnswer{Fraction: 1.0 / 3})
+	s.renewed("c", clk.now(), clk.now(), wire.ShareAnswer{Fraction: 1.0 / 3})
 	if s.isReleased("c") {
 		t.Fatal("a renewal answer did not clear the release")
 	}
@@ -96,7 +97,7 @@ func TestShares_DepartingAnswerKeepsTheRelease(t *testing.T) {
 	q := clk.now()
 	s.release("c", clk.now())
 	clk.add(10 * time.Millisecond)
-	s.renewed("c", q, clk.now(), shareAnswer{Fraction: 1.0 / 3, Departing: true})
+	s.renewed("c", q, clk.now(), wire.ShareAnswer{Fraction: 1.0 / 3, Departing: true})
 	if !s.isReleased("c") {
 		t.Fatal("a departing member's renewal answer undid its release")
 	}
@@ -112,7 +113,7 @@ func TestShares_DepartingAnswerKeepsTheRelease(t *testing.T) {
 	}
 	// The same answer from a member that is not leaving clears it (it was
 	// fenced or reaped and is alive).
-	s.renewed("c", clk.now(), clk.now(), shareAnswer{Fraction: 1.0 / 3})
+	s.renewed("c", clk.now(), clk.now(), wire.ShareAnswer{Fraction: 1.0 / 3})
 	if s.isReleased("c") {
 		t.Fatal("a staying member's renewal answer did not clear its release")
 	}
@@ -124,7 +125,7 @@ func TestShares_OverdueSkipsReleasedAndSelf(t *testing.T) {
 	clk := &fakeClock{t: int64(time.Second)}
 	s := newShares(clk.now, time.Second)
 	s.lead(threeMembers())
-	s.renewed("a", clk.now(), clk.now(), shareAnswer{Fraction: 1.0 / 3})
+	s.renewed("a", clk.now(), clk.now(), wire.ShareAnswer{Fraction: 1.0 / 3})
 	clk.add(500 * time.Millisecond)
 	if got := s.overdue("a", 0); len(got) != 2 {
 		t.Fatalf("overdue = %v, want b and c (never answered)", got)

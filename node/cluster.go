@@ -20,6 +20,7 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/logging"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // meta is what a node gossips about itself.
@@ -642,13 +643,13 @@ func (n *Node) removeServer(id string) (uint64, error) {
 		return 0, fmt.Errorf("%w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	if n.raft.State() != raft.Leader {
-		return 0, errNotLeader
+		return 0, wire.ErrNotLeader
 	}
 	n.gossip.markDeparted(id)
 	f := n.raft.RemoveServer(raft.ServerID(id), 0, 5*time.Second)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return 0, errNotLeader
+			return 0, wire.ErrNotLeader
 		}
 		return 0, fmt.Errorf("node: remove %s: %w", id, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/gcra"
 	"github.com/raftpace/raftpace/internal/pgstore"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // Mode is how a node admits events.
@@ -224,7 +225,7 @@ func (fb *fallback) announce(m Mode) {
 // renew answers a leader's renewal: no fallback before now + ShareTTL. A
 // node in fallback stops granting from it at once and reports how far its
 // fallback slots still reach (plus the grace to use them).
-func (fb *fallback) renew() shareAnswer {
+func (fb *fallback) renew() wire.ShareAnswer {
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
 	now := fb.n.now()
@@ -250,7 +251,7 @@ func (fb *fallback) renew() shareAnswer {
 	}
 	// Report the committed fraction: the leader counts an unheld member at
 	// the larger of committed and reported.
-	return shareAnswer{Applied: fb.n.state.AppliedIndex(), Fraction: fb.n.ownFraction(), Busy: time.Duration(busy), Fenced: fb.fenced.Load(), Departing: fb.departed}
+	return wire.ShareAnswer{Applied: fb.n.state.AppliedIndex(), Fraction: fb.n.ownFraction(), Busy: time.Duration(busy), Fenced: fb.fenced.Load(), Departing: fb.departed}
 }
 
 // depart stops this node's fallback for good (it is leaving the cluster)
@@ -337,7 +338,7 @@ func (fb *fallback) reserve(key string, count int, maxWait time.Duration) (raftp
 		// This node may not have applied the limit yet: only the leader
 		// can say the key is unknown. If no leader answers, the caller
 		// gets ErrNoLeader; fallback never admits a key it has no rate for.
-		return raftpace.Reservation{}, errNotLeader
+		return raftpace.Reservation{}, wire.ErrNotLeader
 	}
 	fb.mu.Lock()
 	now := fb.n.now()
@@ -348,7 +349,7 @@ func (fb *fallback) reserve(key string, count int, maxWait time.Duration) (raftp
 		return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w", key, raftpace.ErrStopped)
 	case m == ModeRaft:
 		fb.mu.Unlock()
-		return raftpace.Reservation{}, errNotLeader // back in raft mode: go through the leader
+		return raftpace.Reservation{}, wire.ErrNotLeader // back in raft mode: go through the leader
 	case fb.pending:
 		fb.mu.Unlock()
 		return raftpace.Reservation{}, errPoolPending
@@ -361,7 +362,7 @@ func (fb *fallback) reserve(key string, count int, maxWait time.Duration) (raftp
 	if f <= 0 {
 		// No fraction of its own (a new member): only the leader's grants
 		// can serve it, and those are always safe to use.
-		return raftpace.Reservation{}, errNotLeader
+		return raftpace.Reservation{}, wire.ErrNotLeader
 	}
 	burst := max(1, int(math.Floor(f*float64(lim.Burst))))
 	interval := int64(math.Ceil(float64(lim.Interval()) / f))
@@ -598,7 +599,7 @@ func (fb *fallback) leavePoolAsync() {
 // acquireSlots grants a slot on every key from this node's fraction of
 // their caps, if the node is in fallback, has been for MaxSlotTTL (every
 // slot the leader granted before this node's share lapsed has expired), and
-// each key has room. The slot ends by the time fallback stops. errNotLeader:
+// each key has room. The slot ends by the time fallback stops. ErrNotLeader:
 // back in raft mode. ErrConcurrencyLimit: no room (yet); the caller waits.
 func (fb *fallback) acquireSlots(id string, keys []string, ttl time.Duration) (raftpace.Slot, []string, error) {
 	fb.mu.Lock()
@@ -606,7 +607,7 @@ func (fb *fallback) acquireSlots(id string, keys []string, ttl time.Duration) (r
 	now := fb.n.now()
 	switch fb.advanceLocked(now) {
 	case ModeRaft:
-		return raftpace.Slot{}, nil, errNotLeader
+		return raftpace.Slot{}, nil, wire.ErrNotLeader
 	case ModeStopped:
 		return raftpace.Slot{}, nil, fmt.Errorf("node: acquire slots %q: %w", keys, raftpace.ErrStopped)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // The refusal gate: when a remote side refuses (429, 503) and says when to
@@ -123,11 +124,11 @@ func (n *Node) pauseOnce(ctx context.Context, what, key string, d time.Duration)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	raw, err := n.callLeader(cctx, what, rpcPause, pauseReq{Key: key, For: d}.encode())
+	raw, err := n.callLeader(cctx, what, wire.MethodPause, wire.PauseReq{Key: key, For: d}.Encode())
 	if err != nil {
 		return 0, 0, err
 	}
-	resp, err := decodePauseResp(raw)
+	resp, err := wire.DecodePauseResp(raw)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: %w", errRetry, err)
 	}

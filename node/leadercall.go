@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // The requests a node cannot serve itself — commit a limit, a cap, a pause,
@@ -60,18 +61,18 @@ func (n *Node) callLeader(ctx context.Context, what string, method uint8, req []
 // when the leader moved on or could not commit, else the sentinel the code
 // stands for.
 func leaderErr(what string, code uint8, msg string) error {
-	err := errFor(code, msg)
+	err := wire.ErrFor(code, msg)
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, errNotLeader) || code == codeUnavailable:
+	case errors.Is(err, wire.ErrNotLeader) || code == wire.CodeUnavailable:
 		return fmt.Errorf("%w: %w", errRetry, err)
 	}
 	return fmt.Errorf("node: %s: %w", what, err)
 }
 
 // indexOnLeader commits something on the leader once: local() when this
-// node leads, else the RPC, whose answer is an indexResp. It returns the
+// node leads, else the RPC, whose answer is an IndexResp. It returns the
 // raft index to wait for before a read here reflects the change.
 func (n *Node) indexOnLeader(ctx context.Context, what string, method uint8, req []byte, local func() (uint64, error)) (uint64, error) {
 	if n.leading() {
@@ -81,7 +82,7 @@ func (n *Node) indexOnLeader(ctx context.Context, what string, method uint8, req
 	if err != nil {
 		return 0, err
 	}
-	resp, err := decodeIndexResp(raw)
+	resp, err := wire.DecodeIndexResp(raw)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", errRetry, err)
 	}

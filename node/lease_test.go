@@ -9,6 +9,7 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/gcra"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // testPacer returns a leading pacer with one key at lim whose horizon is
@@ -57,7 +58,7 @@ func TestLease_EqualsSequentialGCRA(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := *clock + l.slot(i); got != start {
+			if got := *clock + l.Slot(i); got != start {
 				t.Fatalf("trial %d slot %d: lease says %d, sequential GCRA %d", trial, i, got, start)
 			}
 			tat = next
@@ -132,8 +133,8 @@ func TestLease_Caps(t *testing.T) {
 	})
 }
 
-func held(l lease, sent, arrived int64) heldLease {
-	return heldLease{lease: l, sent: sent, arrived: arrived}
+func held(l wire.Lease, sent, arrived int64) heldLease {
+	return heldLease{Lease: l, sent: sent, arrived: arrived}
 }
 
 func TestKeyLease_TakeSkipsExpiredNeverSaves(t *testing.T) {
@@ -141,7 +142,7 @@ func TestKeyLease_TakeSkipsExpiredNeverSaves(t *testing.T) {
 	grace := 50 * ms
 	kl := &keyLease{want: 1}
 	// 10 slots, 10ms apart, from 1000ms (requested at 1000ms, arrived 1001ms).
-	kl.q[0] = held(lease{Base: 0, Spacing: 10 * ms, Count: 10}, 1000*ms, 1001*ms)
+	kl.q[0] = held(wire.Lease{Base: 0, Spacing: 10 * ms, Count: 10}, 1000*ms, 1001*ms)
 	kl.queued = 1
 	at, useBy, r := kl.take(1001*ms, grace, int64(time.Hour), false)
 	if r != taken || at != 1001*ms || useBy != 1050*ms {
@@ -158,7 +159,7 @@ func TestKeyLease_TakeSkipsExpiredNeverSaves(t *testing.T) {
 	}
 	// With the protection off, the stale slot at +20 would have been served.
 	unsafe := &keyLease{want: 1}
-	unsafe.q[0] = held(lease{Base: 0, Spacing: 10 * ms, Count: 10}, 1000*ms, 1001*ms)
+	unsafe.q[0] = held(wire.Lease{Base: 0, Spacing: 10 * ms, Count: 10}, 1000*ms, 1001*ms)
 	unsafe.queued = 1
 	if at, _, _ := unsafe.take(1125*ms, grace, int64(time.Hour), true); at != 1001*ms {
 		t.Errorf("spendExpired: got %dms, want the stale 1001ms", at/ms)
@@ -172,7 +173,7 @@ func TestKeyLease_TakeSkipsExpiredNeverSaves(t *testing.T) {
 func TestKeyLease_TooFarConsumesNothing(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	kl := &keyLease{want: 1}
-	kl.q[0] = held(lease{Base: 100 * ms, Spacing: 10 * ms, Count: 3}, 0, 0)
+	kl.q[0] = held(wire.Lease{Base: 100 * ms, Spacing: 10 * ms, Count: 3}, 0, 0)
 	kl.queued = 1
 	if _, _, r := kl.take(0, 50*ms, 50*ms, false); r != tooFar {
 		t.Fatalf("got %v, want tooFar", r)
@@ -186,8 +187,8 @@ func TestKeyLease_QueueAndSizing(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	far := int64(1 << 40)
 	kl := &keyLease{want: 1}
-	kl.install(lease{Base: 0, Spacing: ms, Count: 1}, 0, 0)
-	kl.install(lease{Base: 1 * ms, Spacing: ms, Count: 2}, 0, 0)
+	kl.install(wire.Lease{Base: 0, Spacing: ms, Count: 1}, 0, 0)
+	kl.install(wire.Lease{Base: 1 * ms, Spacing: ms, Count: 2}, 0, 0)
 	if kl.queued != 2 {
 		t.Fatalf("queued %d, want 2", kl.queued)
 	}
@@ -205,7 +206,7 @@ func TestKeyLease_QueueAndSizing(t *testing.T) {
 		t.Fatalf("want %d after two used-up leases, expected 4", kl.want)
 	}
 	// One of four served, the rest expire: shrink to what was served.
-	kl.install(lease{Base: 0, Spacing: ms, Count: 4}, 0, 0)
+	kl.install(wire.Lease{Base: 0, Spacing: ms, Count: 4}, 0, 0)
 	kl.take(0, 50*ms, far, false)
 	if _, _, r := kl.take(time.Second.Nanoseconds(), 50*ms, far, false); r != empty {
 		t.Fatalf("got %v, want empty after expiry", r)
@@ -223,7 +224,7 @@ func BenchmarkLeaseTake(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if kl.queued == 0 || kl.q[kl.queued-1].next >= kl.q[kl.queued-1].Count {
 			kl.queued = 0
-			kl.install(lease{Base: 0, Spacing: 1, Count: 1 << 20}, int64(i), int64(i))
+			kl.install(wire.Lease{Base: 0, Spacing: 1, Count: 1 << 20}, int64(i), int64(i))
 		}
 		kl.take(int64(i), 5e7, 1<<40, false)
 	}

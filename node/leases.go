@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // leaseCache serves a node's callers from leases: runs of slots granted by
@@ -44,7 +45,7 @@ type keyLease struct {
 }
 
 type heldLease struct {
-	lease
+	wire.Lease
 	// node clock: request sent (plus the time the leader held it), answer
 	// arrived
 	sent, arrived int64
@@ -95,7 +96,7 @@ func (kl *keyLease) take(now, grace, maxWait int64, spendExpired bool) (at, useB
 		h := &kl.q[0]
 		// The first slot i >= next with sent + slot(i) + grace >= now.
 		i := h.next
-		if m := now - grace - h.sent; m > 0 && h.slot(i) < m && !spendExpired {
+		if m := now - grace - h.sent; m > 0 && h.Slot(i) < m && !spendExpired {
 			j := int((m - h.Base + h.Spacing - 1) / h.Spacing)
 			if j > h.Count {
 				j = h.Count
@@ -108,15 +109,15 @@ func (kl *keyLease) take(now, grace, maxWait int64, spendExpired bool) (at, useB
 			continue
 		}
 		h.next = i
-		at = h.arrived + h.slot(i)
+		at = h.arrived + h.Slot(i)
 		if at-now > maxWait {
 			return at, 0, tooFar
 		}
 		h.next++
 		if spendExpired {
-			return at, now + grace + h.slot(i), taken // never forfeited: unsafe
+			return at, now + grace + h.Slot(i), taken // never forfeited: unsafe
 		}
-		return at, h.sent + h.slot(i) + grace, taken
+		return at, h.sent + h.Slot(i) + grace, taken
 	}
 	return 0, 0, empty
 }
@@ -130,7 +131,7 @@ func (kl *keyLease) covered(now int64) int64 {
 	if h.next >= h.Count && kl.queued == 1 {
 		return 0
 	}
-	return h.arrived + h.slot(h.Count-1) - now
+	return h.arrived + h.Slot(h.Count-1) - now
 }
 
 // retire drops the used-up head lease and sizes the next request by how it
@@ -151,14 +152,14 @@ func (kl *keyLease) retire() {
 
 // install queues a granted lease behind the held one. A fetch starts only
 // while fewer than two leases are queued, so there is always room.
-func (kl *keyLease) install(l lease, sent, arrived int64) {
+func (kl *keyLease) install(l wire.Lease, sent, arrived int64) {
 	rtt := arrived - sent
 	if kl.rtt == 0 {
 		kl.rtt = rtt
 	} else {
 		kl.rtt += (rtt - kl.rtt) / 8
 	}
-	kl.q[kl.queued] = heldLease{lease: l, sent: sent, arrived: arrived}
+	kl.q[kl.queued] = heldLease{Lease: l, sent: sent, arrived: arrived}
 	kl.queued++
 }
 
@@ -287,14 +288,14 @@ func (c *leaseCache) startFetch(kl *keyLease, key string, maxWait time.Duration)
 }
 
 // fetchLease asks the leader (itself, or over RPC) for up to want slots.
-func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait time.Duration) (lease, error) {
+func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait time.Duration) (wire.Lease, error) {
 	l, err := n.pacer.lease(ctx, n.ctx.Done(), key, n.cfg.NodeID, want, maxWait)
-	if !errors.Is(err, errNotLeader) {
+	if !errors.Is(err, wire.ErrNotLeader) {
 		return l, err
 	}
 	addr, _ := n.raft.LeaderWithID()
 	if addr == "" || string(addr) == n.Addr() {
-		return lease{}, errRetry
+		return wire.Lease{}, errRetry
 	}
 	n.stats.forwarded.Add(1)
 	// A paused or cut-off leader must not hold every caller of the key for
@@ -302,31 +303,31 @@ func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait tim
 	// one may be granting, or this node may fall back).
 	cctx, cancel := context.WithTimeout(ctx, leaderCallTimeout(maxWait))
 	defer cancel()
-	raw, err := n.trans.Call(cctx, string(addr), rpcLease, leaseReq{Key: key, Holder: n.cfg.NodeID, Count: want, MaxWait: maxWait}.encode())
+	raw, err := n.trans.Call(cctx, string(addr), wire.MethodLease, wire.LeaseReq{Key: key, Holder: n.cfg.NodeID, Count: want, MaxWait: maxWait}.Encode())
 	if err != nil {
 		if ctx.Err() != nil {
-			return lease{}, fmt.Errorf("node: lease %q: %w", key, ctx.Err())
+			return wire.Lease{}, fmt.Errorf("node: lease %q: %w", key, ctx.Err())
 		}
-		return lease{}, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
+		return wire.Lease{}, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
 	}
-	resp, err := decodeLeaseResp(raw)
+	resp, err := wire.DecodeLeaseResp(raw)
 	if err != nil {
-		return lease{}, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
+		return wire.Lease{}, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
 	}
-	if resp.Code == codeLimitExceeded {
-		return lease{}, &raftpace.LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
+	if resp.Code == wire.CodeLimitExceeded {
+		return wire.Lease{}, &raftpace.LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
 	}
-	if resp.Code == codePaused {
-		return lease{}, n.leaderPaused(key, resp.Wait)
+	if resp.Code == wire.CodePaused {
+		return wire.Lease{}, n.leaderPaused(key, resp.Wait)
 	}
-	if err := errFor(resp.Code, resp.Msg); err != nil {
-		if errors.Is(err, errNotLeader) {
-			return lease{}, err
+	if err := wire.ErrFor(resp.Code, resp.Msg); err != nil {
+		if errors.Is(err, wire.ErrNotLeader) {
+			return wire.Lease{}, err
 		}
-		if resp.Code == codeUnavailable {
-			return lease{}, fmt.Errorf("%w: %w", errRetry, err)
+		if resp.Code == wire.CodeUnavailable {
+			return wire.Lease{}, fmt.Errorf("%w: %w", errRetry, err)
 		}
-		return lease{}, fmt.Errorf("node: lease %q: %w", key, err)
+		return wire.Lease{}, fmt.Errorf("node: lease %q: %w", key, err)
 	}
 	return resp.Lease, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/logging"
+	"github.com/raftpace/raftpace/node/wire"
 	"github.com/raftpace/raftpace/transport"
 )
 
@@ -414,7 +415,7 @@ func (n *Node) extendLoop() {
 }
 
 // commit encodes c, commits it through raft on this node (the leader) and
-// returns its log index. Not leading: errNotLeader. Raft failing to commit
+// returns its log index. Not leading: ErrNotLeader. Raft failing to commit
 // (a timeout, a shutdown): errRetry. The state refusing the command:
 // ErrInvalidRequest. The one place raft's errors are translated.
 func (n *Node) commit(c fsm.Command, timeout time.Duration) (uint64, error) {
@@ -428,7 +429,7 @@ func (n *Node) commit(c fsm.Command, timeout time.Duration) (uint64, error) {
 	n.applyHist.observe(time.Since(begin))
 	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return 0, errNotLeader
+			return 0, wire.ErrNotLeader
 		}
 		return 0, fmt.Errorf("%w: raft apply: %w", errRetry, err)
 	}
@@ -476,7 +477,7 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 					return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w", key, err)
 				}
 				continue
-			case !errors.Is(err, errNotLeader):
+			case !errors.Is(err, wire.ErrNotLeader):
 				if err == nil {
 					n.stats.fallbackGrants.Add(1)
 				}
@@ -522,7 +523,7 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 		}
 		sent := time.Now()
 		wait, held, err := n.pacer.reserve(ctx, n.ctx.Done(), key, count, remaining)
-		if errors.Is(err, errNotLeader) {
+		if errors.Is(err, wire.ErrNotLeader) {
 			sent = time.Now()
 			wait, held, err = n.forwardReserve(ctx, key, count, remaining)
 		}
@@ -573,7 +574,7 @@ func leaderCallTimeout(maxWait time.Duration) time.Duration {
 var errRetry = errors.New("node: retry")
 
 func retryable(err error) bool {
-	return errors.Is(err, errRetry) || errors.Is(err, errNotLeader) || errors.Is(err, errNoShare)
+	return errors.Is(err, errRetry) || errors.Is(err, wire.ErrNotLeader) || errors.Is(err, errNoShare)
 }
 
 func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWait time.Duration) (wait, held time.Duration, err error) {
@@ -585,28 +586,28 @@ func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWai
 	n.stats.forwarded.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, leaderCallTimeout(maxWait))
 	defer cancel()
-	raw, err := n.trans.Call(cctx, string(addr), rpcReserve, reserveReq{Key: key, Count: count, MaxWait: maxWait}.encode())
+	raw, err := n.trans.Call(cctx, string(addr), wire.MethodReserve, wire.ReserveReq{Key: key, Count: count, MaxWait: maxWait}.Encode())
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, 0, fmt.Errorf("node: reserve %q: %w", key, ctx.Err())
 		}
 		return 0, 0, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
 	}
-	resp, err := decodeReserveResp(raw)
+	resp, err := wire.DecodeReserveResp(raw)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
 	}
-	if resp.Code == codeLimitExceeded {
+	if resp.Code == wire.CodeLimitExceeded {
 		return 0, 0, &raftpace.LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
 	}
-	if resp.Code == codePaused {
+	if resp.Code == wire.CodePaused {
 		return 0, 0, n.leaderPaused(key, resp.Wait)
 	}
-	if err := errFor(resp.Code, resp.Msg); err != nil {
-		if errors.Is(err, errNotLeader) {
+	if err := wire.ErrFor(resp.Code, resp.Msg); err != nil {
+		if errors.Is(err, wire.ErrNotLeader) {
 			return 0, 0, err
 		}
-		if resp.Code == codeUnavailable {
+		if resp.Code == wire.CodeUnavailable {
 			return 0, 0, fmt.Errorf("%w: %w", errRetry, err)
 		}
 		return 0, 0, fmt.Errorf("node: reserve %q: %w", key, err)
@@ -624,13 +625,13 @@ func (n *Node) SetLimit(ctx context.Context, key string, lim fsm.Limit) error {
 		return fmt.Errorf("node: set limit %q: %w: %w", key, raftpace.ErrInvalidRequest, err)
 	}
 	what := fmt.Sprintf("set limit %q", key)
-	return n.commitOnLeader(ctx, what, rpcSetLimit, setLimitReq{Key: key, Limit: lim}.encode(),
+	return n.commitOnLeader(ctx, what, wire.MethodSetLimit, wire.SetLimitReq{Key: key, Limit: lim}.Encode(),
 		func() (uint64, error) { return n.applyLimit(key, lim) })
 }
 
 func (n *Node) applyLimit(key string, lim fsm.Limit) (uint64, error) {
 	index, err := n.commit(&fsm.SetLimit{Key: key, Limit: lim}, 5*time.Second)
-	if err != nil && !errors.Is(err, errNotLeader) {
+	if err != nil && !errors.Is(err, wire.ErrNotLeader) {
 		return 0, fmt.Errorf("node: set limit %q: %w", key, err)
 	}
 	return index, err
@@ -709,13 +710,13 @@ func sleepCtx(ctx, nodeCtx context.Context, d time.Duration) error {
 // handleRPC serves the transport's RPCs from other nodes.
 func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte, error) {
 	switch method {
-	case rpcReserve:
-		m, err := decodeReserveReq(req)
+	case wire.MethodReserve:
+		m, err := wire.DecodeReserveReq(req)
 		if err != nil {
-			return reserveResp{Code: codeInvalid, Msg: err.Error()}.encode(), nil
+			return wire.ReserveResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
 		}
 		if err := fsm.ValidateKey(m.Key); err != nil {
-			return reserveResp{Code: codeInvalid, Msg: err.Error()}.encode(), nil
+			return wire.ReserveResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
 		}
 		// The caller's deadline does not travel with the request: bound the
 		// wait for a horizon by the caller's own maximum, so the leader does
@@ -723,18 +724,18 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		// A node that has not applied a pause yet (one just restarted, or
 		// lagging) must not be granted a paused key.
 		if p := n.PausedFor(m.Key); p > 0 {
-			return reserveResp{Code: codePaused, Wait: p}.encode(), nil
+			return wire.ReserveResp{Code: wire.CodePaused, Wait: p}.Encode(), nil
 		}
 		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
 		defer cancel()
 		wait, held, err := n.pacer.reserve(ctx, n.ctx.Done(), m.Key, m.Count, m.MaxWait)
 		var le *raftpace.LimitExceededError
 		if errors.As(err, &le) {
-			return reserveResp{Code: codeLimitExceeded, Wait: le.Wait, Msg: errMsg(err)}.encode(), nil
+			return wire.ReserveResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode(), nil
 		}
-		return reserveResp{Code: codeFor(err), Wait: wait, Held: held, Msg: errMsg(err)}.encode(), nil
-	case rpcLease:
-		m, err := decodeLeaseReq(req)
+		return wire.ReserveResp{Code: wire.CodeFor(err), Wait: wait, Held: held, Msg: wire.ErrMsg(err)}.Encode(), nil
+	case wire.MethodLease:
+		m, err := wire.DecodeLeaseReq(req)
 		if err == nil {
 			err = fsm.ValidateKey(m.Key)
 		}
@@ -742,21 +743,21 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 			err = fsm.ValidateID(m.Holder)
 		}
 		if err != nil {
-			return leaseResp{Code: codeInvalid, Msg: errMsg(err)}.encode(), nil
+			return wire.LeaseResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
 		}
 		if p := n.PausedFor(m.Key); p > 0 {
-			return leaseResp{Code: codePaused, Wait: p}.encode(), nil
+			return wire.LeaseResp{Code: wire.CodePaused, Wait: p}.Encode(), nil
 		}
 		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
 		defer cancel()
 		l, err := n.pacer.lease(ctx, n.ctx.Done(), m.Key, m.Holder, m.Count, m.MaxWait)
 		var le *raftpace.LimitExceededError
 		if errors.As(err, &le) {
-			return leaseResp{Code: codeLimitExceeded, Wait: le.Wait, Msg: errMsg(err)}.encode(), nil
+			return wire.LeaseResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode(), nil
 		}
-		return leaseResp{Code: codeFor(err), Lease: l, Msg: errMsg(err)}.encode(), nil
-	case rpcShare:
-		m, err := decodeShareReq(req)
+		return wire.LeaseResp{Code: wire.CodeFor(err), Lease: l, Msg: wire.ErrMsg(err)}.Encode(), nil
+	case wire.MethodShare:
+		m, err := wire.DecodeShareReq(req)
 		if err != nil {
 			return nil, err
 		}
@@ -764,9 +765,9 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		if _, id := n.raft.LeaderWithID(); string(id) != m.Leader {
 			return nil, fmt.Errorf("node: share renewal from %q, but the leader here is %q", m.Leader, id)
 		}
-		return n.fallback.renew().encode(), nil
-	case rpcSetLimit:
-		m, err := decodeSetLimitReq(req)
+		return n.fallback.renew().Encode(), nil
+	case wire.MethodSetLimit:
+		m, err := wire.DecodeSetLimitReq(req)
 		if err == nil {
 			err = fsm.ValidateKey(m.Key)
 		}
@@ -774,22 +775,22 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 			err = m.Limit.Validate()
 		}
 		if err != nil {
-			return indexResp{Code: codeInvalid, Msg: errMsg(err)}.encode(), nil
+			return wire.IndexResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
 		}
 		if n.raft.State() != raft.Leader {
-			return indexResp{Code: codeNotLeader}.encode(), nil
+			return wire.IndexResp{Code: wire.CodeNotLeader}.Encode(), nil
 		}
 		index, err := n.applyLimit(m.Key, m.Limit)
-		return indexResp{Code: codeFor(err), Index: index, Msg: errMsg(err)}.encode(), nil
-	case rpcPause, rpcAcquireSlots, rpcReleaseSlots, rpcSetCap, rpcSync:
+		return wire.IndexResp{Code: wire.CodeFor(err), Index: index, Msg: wire.ErrMsg(err)}.Encode(), nil
+	case wire.MethodPause, wire.MethodAcquireSlots, wire.MethodReleaseSlots, wire.MethodSetCap, wire.MethodSync:
 		return n.handleGateRPC(ctx, method, req)
-	case rpcRemoveServer:
-		m, err := decodeRemoveServerReq(req)
+	case wire.MethodRemoveServer:
+		m, err := wire.DecodeRemoveServerReq(req)
 		if err != nil {
-			return indexResp{Code: codeInvalid, Msg: err.Error()}.encode(), nil
+			return wire.IndexResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
 		}
 		index, err := n.departed(m)
-		return indexResp{Code: codeFor(err), Index: index, Msg: errMsg(err)}.encode(), nil
+		return wire.IndexResp{Code: wire.CodeFor(err), Index: index, Msg: wire.ErrMsg(err)}.Encode(), nil
 	default:
 		n.log.Warn("unknown rpc method", "method", method)
 		return nil, fmt.Errorf("node: unknown rpc method %d", method)

@@ -12,11 +12,8 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/gcra"
+	"github.com/raftpace/raftpace/node/wire"
 )
-
-// errNotLeader tells the caller to forward: this node is not (or not yet)
-// the leader that may grant.
-var errNotLeader = errors.New("node: not the leader")
 
 // errNoShare: the leader holds no part of the rate for the slots asked
 // (no share renewed yet, or not that far ahead); the caller retries.
@@ -309,7 +306,7 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 		p.mu.Lock()
 		if !p.leading {
 			p.mu.Unlock()
-			return 0, 0, errNotLeader
+			return 0, 0, wire.ErrNotLeader
 		}
 		ks := p.keys[key]
 		if ks == nil || !ks.hasLimit {
@@ -364,21 +361,6 @@ func (p *pacer) reserve(ctx context.Context, done <-chan struct{}, key string, c
 	}
 }
 
-// lease is a run of slots granted at once: slot i (0 <= i < Count) may be
-// used at Base + i*Spacing after the grant, or at the grant if that is
-// negative (slots the burst allows at once).
-type lease struct {
-	Base    int64 // ns relative to the grant; negative while burst remains
-	Spacing int64 // ns between slots: the key's emission interval
-	Count   int
-	// Held is how long the leader held the request before it granted
-	// (ns): the grant is at least that long after the request was sent.
-	Held int64
-}
-
-// slot returns slot i's offset from the grant.
-func (l lease) slot(i int) int64 { return max(0, l.Base+int64(i)*l.Spacing) }
-
 // lease grants holder up to count single-event slots of key. It is GCRA in
 // closed form, so its cost does not depend on count: reserving the slots
 // one by one at one instant gives slot i at max(now, TAT' + i*T - tau) with
@@ -391,7 +373,7 @@ func (l lease) slot(i int) int64 { return max(0, l.Base+int64(i)*l.Spacing) }
 // at high rates nodes with demand get blocks in turn. A lease is cut to fit
 // under the committed horizon; if not even one slot fits, it waits for the
 // extension.
-func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder string, count int, maxWait time.Duration) (lease, error) {
+func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder string, count int, maxWait time.Duration) (wire.Lease, error) {
 	if count < 1 {
 		count = 1
 	}
@@ -400,12 +382,12 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 		p.mu.Lock()
 		if !p.leading {
 			p.mu.Unlock()
-			return lease{}, errNotLeader
+			return wire.Lease{}, wire.ErrNotLeader
 		}
 		ks := p.keys[key]
 		if ks == nil || !ks.hasLimit {
 			p.mu.Unlock()
-			return lease{}, fmt.Errorf("node: lease %q: %w", key, raftpace.ErrUnknownKey)
+			return wire.Lease{}, fmt.Errorf("node: lease %q: %w", key, raftpace.ErrUnknownKey)
 		}
 		shareCh := p.shareWait() // before F is read: see awaitShare
 		now := p.now()
@@ -422,7 +404,7 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 			// promise): wait for the next renewal instead of having the
 			// caller poll.
 			if err := p.awaitShare(ks, key, now, tatp, maxWait, h, shareCh, ctx, done); err != nil {
-				return lease{}, err
+				return wire.Lease{}, err
 			}
 			continue
 		}
@@ -431,7 +413,7 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 		first := max(0, base)
 		if time.Duration(first) > maxWait || tatp+T-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
 			p.mu.Unlock()
-			return lease{}, &raftpace.LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
+			return wire.Lease{}, &raftpace.LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
 		}
 		// Slots at once (burst left) plus one span at the full rate.
 		limit := int64(1)
@@ -457,11 +439,11 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 		ks.demand = now
 		if n >= 1 {
 			ks.tat = tatp + n*T
-			l := lease{Base: base, Spacing: T, Count: int(n), Held: now - h.entry}
+			l := wire.Lease{Base: base, Spacing: T, Count: int(n), Held: now - h.entry}
 			if ks.held == nil {
 				ks.held = make(map[string]int64)
 			}
-			ks.held[holder] = now + l.slot(l.Count-1)
+			ks.held[holder] = now + l.Slot(l.Count-1)
 			if ks.horizon-ks.tat < p.ahead/2 {
 				p.kickExtender()
 			}
@@ -476,7 +458,7 @@ func (p *pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 		p.mu.Unlock()
 		p.kickExtender()
 		if err := p.wait(h.horizon, ch, ctx, done, key, "its horizon", errRetry); err != nil {
-			return lease{}, err
+			return wire.Lease{}, err
 		}
 	}
 }

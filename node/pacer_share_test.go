@@ -9,6 +9,7 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // sharedPacer is a leading pacer for one slow key ("k", 2/s, burst 1)
@@ -31,7 +32,7 @@ type testClock struct{ atomic.Int64 }
 
 func renewAll(s *shares, now int64) {
 	for _, id := range []string{"a", "b", "c"} {
-		s.renewed(id, now, now, shareAnswer{Fraction: 1.0 / 3})
+		s.renewed(id, now, now, wire.ShareAnswer{Fraction: 1.0 / 3})
 	}
 }
 
@@ -53,7 +54,7 @@ func TestPacer_SlotPastTheShareWaitsForTheRound(t *testing.T) {
 	// The next slot (+1.5 s, paced until +2.0 s) is past the reach
 	// (renewed at +0 for 2 s): the request waits.
 	type result struct {
-		l   lease
+		l   wire.Lease
 		err error
 	}
 	got := make(chan result, 1)
@@ -69,14 +70,14 @@ func TestPacer_SlotPastTheShareWaitsForTheRound(t *testing.T) {
 	// 300 ms later one member renews; the round is not over, and F past
 	// the reach of the other two would be 1/3: still waiting.
 	clock.Add(int64(300 * time.Millisecond))
-	s.renewed("a", clock.Load(), clock.Load(), shareAnswer{Fraction: 1.0 / 3})
+	s.renewed("a", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1.0 / 3})
 	select {
 	case r := <-got:
 		t.Fatalf("a lease was granted in the middle of a renewal round: %+v, %v", r.l, r.err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	s.renewed("b", clock.Load(), clock.Load(), shareAnswer{Fraction: 1.0 / 3})
-	s.renewed("c", clock.Load(), clock.Load(), shareAnswer{Fraction: 1.0 / 3})
+	s.renewed("b", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1.0 / 3})
+	s.renewed("c", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1.0 / 3})
 	s.roundDone()
 	var r result
 	select {

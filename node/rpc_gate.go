@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -11,21 +10,7 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
-)
-
-// RPCs of the refusal gate and the concurrency caps (gate.go, slots.go).
-const (
-	rpcPause        uint8 = 6  // any node -> leader: record a pause (atomic maximum)
-	rpcAcquireSlots uint8 = 7  // any node -> leader: take slots, waiting for room
-	rpcReleaseSlots uint8 = 8  // any node -> leader: give slots back
-	rpcSetCap       uint8 = 9  // any node -> leader: set (Max > 0) or delete (0) a cap
-	rpcSync         uint8 = 10 // any node -> leader: the index to apply to read as fresh as the leader
-
-	// codeConcurrency: a cap stayed full for the request's wait.
-	codeConcurrency uint8 = 16
-	// codePaused: the key is paused on the leader (the asking node may not
-	// have applied the pause yet); Wait carries the remaining pause.
-	codePaused uint8 = 17
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // errLeaderPaused: the leader refused a grant because the key is paused.
@@ -42,155 +27,12 @@ func (n *Node) leaderPaused(key string, remaining time.Duration) error {
 	return fmt.Errorf("%w: %q for another %v", errLeaderPaused, key, remaining)
 }
 
-type pauseReq struct {
-	Key string
-	For time.Duration
-}
-
-// pauseResp: Remaining is the pause in force after the request, measured
-// by the leader; Index is the entry to wait for (0 when nothing changed).
-type pauseResp struct {
-	Code      uint8
-	Index     uint64
-	Remaining time.Duration
-	Msg       string
-}
-
-type capReq struct {
-	Key string
-	Max int // 0 deletes the cap
-}
-
-type acquireReq struct {
-	ID, Holder string
-	Keys       []string
-	TTL        time.Duration
-	MaxWait    time.Duration
-}
-
-type acquireResp struct {
-	Code uint8
-	Full []string // keys whose caps were full, for codeConcurrency
-	Msg  string
-}
-
-type releaseReq struct{ IDs []string }
-
-func (m pauseReq) encode() []byte {
-	b := appendString([]byte{rpcVersion}, m.Key)
-	return binary.AppendVarint(b, int64(m.For))
-}
-
-func decodePauseReq(b []byte) (pauseReq, error) {
-	r := reader{b: b}
-	r.start()
-	m := pauseReq{Key: r.string(fsm.MaxKeyLen), For: time.Duration(r.varint())}
-	return m, r.done()
-}
-
-func (m pauseResp) encode() []byte {
-	b := []byte{rpcVersion, m.Code}
-	b = binary.AppendUvarint(b, m.Index)
-	b = binary.AppendVarint(b, int64(m.Remaining))
-	return appendString(b, m.Msg)
-}
-
-func decodePauseResp(b []byte) (pauseResp, error) {
-	r := reader{b: b}
-	r.start()
-	m := pauseResp{Code: r.byte(), Index: r.uvarint(), Remaining: time.Duration(r.varint()), Msg: r.string(maxMsgLen)}
-	return m, r.done()
-}
-
-func (m capReq) encode() []byte {
-	b := appendString([]byte{rpcVersion}, m.Key)
-	return binary.AppendUvarint(b, uint64(m.Max))
-}
-
-func decodeCapReq(b []byte) (capReq, error) {
-	r := reader{b: b}
-	r.start()
-	m := capReq{Key: r.string(fsm.MaxKeyLen)}
-	max := r.uvarint()
-	if err := r.done(); err != nil {
-		return capReq{}, err
-	}
-	if max > fsm.MaxCap {
-		return capReq{}, fmt.Errorf("%w: cap %d exceeds %d", errBadRPC, max, fsm.MaxCap)
-	}
-	m.Max = int(max)
-	return m, nil
-}
-
-func appendStrings(b []byte, ss []string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(ss)))
-	for _, s := range ss {
-		b = appendString(b, s)
-	}
-	return b
-}
-
-// strings reads a count (at most maxCount) and that many strings.
-func (r *reader) strings(maxCount, maxLen int) []string {
-	n := r.uvarint()
-	if r.err != nil || n > uint64(maxCount) || n > uint64(len(r.b)) {
-		r.fail()
-		return nil
-	}
-	out := make([]string, 0, n)
-	for range n {
-		out = append(out, r.string(maxLen))
-	}
-	return out
-}
-
-func (m acquireReq) encode() []byte {
-	b := []byte{rpcVersion}
-	b = appendString(b, m.ID)
-	b = appendString(b, m.Holder)
-	b = appendStrings(b, m.Keys)
-	b = binary.AppendVarint(b, int64(m.TTL))
-	return binary.AppendVarint(b, int64(m.MaxWait))
-}
-
-func decodeAcquireReq(b []byte) (acquireReq, error) {
-	r := reader{b: b}
-	r.start()
-	m := acquireReq{ID: r.string(fsm.MaxIDLen), Holder: r.string(fsm.MaxIDLen)}
-	m.Keys = r.strings(fsm.MaxSlotKeys, fsm.MaxKeyLen)
-	m.TTL = time.Duration(r.varint())
-	m.MaxWait = time.Duration(r.varint())
-	return m, r.done()
-}
-
-func (m acquireResp) encode() []byte {
-	b := []byte{rpcVersion, m.Code}
-	b = appendStrings(b, m.Full)
-	return appendString(b, m.Msg)
-}
-
-func decodeAcquireResp(b []byte) (acquireResp, error) {
-	r := reader{b: b}
-	r.start()
-	m := acquireResp{Code: r.byte(), Full: r.strings(fsm.MaxSlotKeys, fsm.MaxKeyLen), Msg: r.string(maxMsgLen)}
-	return m, r.done()
-}
-
-func (m releaseReq) encode() []byte { return appendStrings([]byte{rpcVersion}, m.IDs) }
-
-func decodeReleaseReq(b []byte) (releaseReq, error) {
-	r := reader{b: b}
-	r.start()
-	m := releaseReq{IDs: r.strings(fsm.MaxReleaseIDs, fsm.MaxIDLen)}
-	return m, r.done()
-}
-
 // handleGateRPC serves pauses, slots and caps on the leader.
 func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]byte, error) {
 	leading := n.raft.State() == raft.Leader
 	switch method {
-	case rpcPause:
-		m, err := decodePauseReq(req)
+	case wire.MethodPause:
+		m, err := wire.DecodePauseReq(req)
 		if err == nil {
 			err = fsm.ValidateKey(m.Key)
 		}
@@ -198,15 +40,15 @@ func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]b
 			err = fmt.Errorf("pause %v must be in (0, %v]", m.For, fsm.MaxPause)
 		}
 		if err != nil {
-			return pauseResp{Code: codeInvalid, Msg: errMsg(err)}.encode(), nil
+			return wire.PauseResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
 		}
 		if !leading {
-			return pauseResp{Code: codeNotLeader}.encode(), nil
+			return wire.PauseResp{Code: wire.CodeNotLeader}.Encode(), nil
 		}
 		remaining, index, err := n.leaderPause(m.Key, m.For)
-		return pauseResp{Code: codeFor(err), Index: index, Remaining: remaining, Msg: errMsg(err)}.encode(), nil
-	case rpcAcquireSlots:
-		m, err := decodeAcquireReq(req)
+		return wire.PauseResp{Code: wire.CodeFor(err), Index: index, Remaining: remaining, Msg: wire.ErrMsg(err)}.Encode(), nil
+	case wire.MethodAcquireSlots:
+		m, err := wire.DecodeAcquireReq(req)
 		if err == nil {
 			err = fsm.ValidateID(m.ID)
 		}
@@ -222,21 +64,21 @@ func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]b
 			err = fmt.Errorf("ttl %v must be in (0, %v] (the leader's MaxSlotTTL)", m.TTL, n.cfg.MaxSlotTTL)
 		}
 		if err != nil {
-			return acquireResp{Code: codeInvalid, Msg: errMsg(err)}.encode(), nil
+			return wire.AcquireResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
 		}
 		if !leading {
-			return acquireResp{Code: codeNotLeader}.encode(), nil
+			return wire.AcquireResp{Code: wire.CodeNotLeader}.Encode(), nil
 		}
 		ctx, cancel := context.WithTimeout(ctx, min(max(m.MaxWait, 0), 5*time.Second)+time.Second)
 		defer cancel()
 		m.MaxWait = min(max(m.MaxWait, 0), 5*time.Second)
 		full, err := n.leaderAcquire(ctx, m)
 		if errors.Is(err, raftpace.ErrConcurrencyLimit) {
-			return acquireResp{Code: codeConcurrency, Full: full, Msg: errMsg(err)}.encode(), nil
+			return wire.AcquireResp{Code: wire.CodeConcurrency, Full: full, Msg: wire.ErrMsg(err)}.Encode(), nil
 		}
-		return acquireResp{Code: codeFor(err), Msg: errMsg(err)}.encode(), nil
-	case rpcReleaseSlots:
-		m, err := decodeReleaseReq(req)
+		return wire.AcquireResp{Code: wire.CodeFor(err), Msg: wire.ErrMsg(err)}.Encode(), nil
+	case wire.MethodReleaseSlots:
+		m, err := wire.DecodeReleaseReq(req)
 		if err == nil {
 			for _, id := range m.IDs {
 				if err = fsm.ValidateID(id); err != nil {
@@ -245,35 +87,35 @@ func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]b
 			}
 		}
 		if err != nil {
-			return indexResp{Code: codeInvalid, Msg: errMsg(err)}.encode(), nil
+			return wire.IndexResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
 		}
 		if !leading {
-			return indexResp{Code: codeNotLeader}.encode(), nil
+			return wire.IndexResp{Code: wire.CodeNotLeader}.Encode(), nil
 		}
 		index, err := n.leaderRelease(m.IDs)
-		return indexResp{Code: codeFor(err), Index: index, Msg: errMsg(err)}.encode(), nil
-	case rpcSync:
-		if len(req) != 1 || req[0] != rpcVersion {
-			return indexResp{Code: codeInvalid, Msg: "sync: malformed request"}.encode(), nil
+		return wire.IndexResp{Code: wire.CodeFor(err), Index: index, Msg: wire.ErrMsg(err)}.Encode(), nil
+	case wire.MethodSync:
+		if len(req) != 1 || req[0] != wire.Version {
+			return wire.IndexResp{Code: wire.CodeInvalid, Msg: "sync: malformed request"}.Encode(), nil
 		}
 		if !leading {
-			return indexResp{Code: codeNotLeader}.encode(), nil
+			return wire.IndexResp{Code: wire.CodeNotLeader}.Encode(), nil
 		}
 		index, err := n.leaderSyncIndex()
-		return indexResp{Code: codeFor(err), Index: index, Msg: errMsg(err)}.encode(), nil
-	case rpcSetCap:
-		m, err := decodeCapReq(req)
+		return wire.IndexResp{Code: wire.CodeFor(err), Index: index, Msg: wire.ErrMsg(err)}.Encode(), nil
+	case wire.MethodSetCap:
+		m, err := wire.DecodeCapReq(req)
 		if err == nil {
 			err = fsm.ValidateKey(m.Key)
 		}
 		if err != nil {
-			return indexResp{Code: codeInvalid, Msg: errMsg(err)}.encode(), nil
+			return wire.IndexResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
 		}
 		if !leading {
-			return indexResp{Code: codeNotLeader}.encode(), nil
+			return wire.IndexResp{Code: wire.CodeNotLeader}.Encode(), nil
 		}
 		index, err := n.applyCap(m.Key, m.Max)
-		return indexResp{Code: codeFor(err), Index: index, Msg: errMsg(err)}.encode(), nil
+		return wire.IndexResp{Code: wire.CodeFor(err), Index: index, Msg: wire.ErrMsg(err)}.Encode(), nil
 	}
 	return nil, fmt.Errorf("node: unknown rpc method %d", method)
 }
@@ -283,7 +125,7 @@ func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]b
 func (n *Node) leaderSyncIndex() (uint64, error) {
 	if err := n.raft.Barrier(5 * time.Second).Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return 0, errNotLeader
+			return 0, wire.ErrNotLeader
 		}
 		return 0, fmt.Errorf("%w: barrier: %w", errRetry, err)
 	}
@@ -298,7 +140,7 @@ func (n *Node) leaderSyncIndex() (uint64, error) {
 func (n *Node) Sync(ctx context.Context) error {
 	var index uint64
 	err := n.untilDone(ctx, "sync", func() (err error) {
-		index, err = n.indexOnLeader(ctx, "sync", rpcSync, []byte{rpcVersion}, n.leaderSyncIndex)
+		index, err = n.indexOnLeader(ctx, "sync", wire.MethodSync, []byte{wire.Version}, n.leaderSyncIndex)
 		return err
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // shares is the leader's record of whose fallback fraction it holds
@@ -147,7 +148,7 @@ func (s *shares) setMembersLocked(members []fsm.Member) {
 }
 
 // renewed records an answer to a renewal sent at q and received at r.
-func (s *shares) renewed(id string, q, r int64, a shareAnswer) {
+func (s *shares) renewed(id string, q, r int64, a wire.ShareAnswer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.leading {
@@ -447,7 +448,7 @@ func (n *Node) renewShares() {
 		go func() {
 			defer wg.Done()
 			q := n.now()
-			var a shareAnswer
+			var a wire.ShareAnswer
 			var err error
 			if id == n.cfg.NodeID {
 				a = n.fallback.renew()
@@ -470,12 +471,12 @@ func (n *Node) renewShares() {
 	n.shares.roundDone()
 }
 
-func (n *Node) callShare(ctx context.Context, addr string) (shareAnswer, error) {
-	raw, err := n.trans.Call(ctx, addr, rpcShare, shareReq{Leader: n.cfg.NodeID}.encode())
+func (n *Node) callShare(ctx context.Context, addr string) (wire.ShareAnswer, error) {
+	raw, err := n.trans.Call(ctx, addr, wire.MethodShare, wire.ShareReq{Leader: n.cfg.NodeID}.Encode())
 	if err != nil {
-		return shareAnswer{}, err
+		return wire.ShareAnswer{}, err
 	}
-	return decodeShareAnswer(raw)
+	return wire.DecodeShareAnswer(raw)
 }
 
 // balanceFractions moves every member's fraction toward 1/N: shrinks are

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // F for an interval that reaches past the last renewal's hold is 0, and
@@ -18,7 +19,7 @@ func TestShares_FractionPastTheHoldDoesNotStick(t *testing.T) {
 	s := newShares(clk.now, 2*time.Second)
 	s.lead(threeMembers())
 	for _, id := range []string{"a", "b", "c"} {
-		s.renewed(id, clk.now(), clk.now(), shareAnswer{Fraction: 1.0 / 3})
+		s.renewed(id, clk.now(), clk.now(), wire.ShareAnswer{Fraction: 1.0 / 3})
 	}
 	// Held for slots in [1s, 3s).
 	if f := s.fraction(clk.at(1100*time.Millisecond), clk.at(1200*time.Millisecond)); !near(f, 1) {
@@ -66,7 +67,7 @@ func TestShares_FractionSnapsRounding(t *testing.T) {
 		t.Fatalf("F with every share unheld = %v, want exactly 0", f)
 	}
 	for _, m := range ms {
-		s.renewed(m.ID, clk.now(), clk.now(), shareAnswer{Fraction: m.Fraction})
+		s.renewed(m.ID, clk.now(), clk.now(), wire.ShareAnswer{Fraction: m.Fraction})
 	}
 	if f := s.fraction(clk.now(), clk.now()); f != 1 {
 		t.Fatalf("F with every share held = %v, want exactly 1", f)
@@ -95,7 +96,7 @@ func BenchmarkSharesFraction(b *testing.B) {
 				}
 				s.lead(ms)
 				for _, m := range ms {
-					s.renewed(m.ID, clk.now(), clk.now(), shareAnswer{Fraction: m.Fraction})
+					s.renewed(m.ID, clk.now(), clk.now(), wire.ShareAnswer{Fraction: m.Fraction})
 				}
 				b.ReportAllocs()
 				for i := 0; i < b.N; i++ {

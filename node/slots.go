@@ -15,6 +15,7 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // Concurrency caps: a fleet-wide semaphore per key, held by the leader.
@@ -94,7 +95,7 @@ func (n *Node) AcquireSlots(ctx context.Context, keys []string, ttl, maxWait tim
 	maxWait = max(maxWait, 0)
 	first := time.Now()
 	deadline := first.Add(maxWait)
-	req := acquireReq{ID: n.newSlotID(""), Holder: n.cfg.NodeID, Keys: keys, TTL: ttl}
+	req := wire.AcquireReq{ID: n.newSlotID(""), Holder: n.cfg.NodeID, Keys: keys, TTL: ttl}
 	var full []string
 	var lastErr error
 	backoff := time.Millisecond
@@ -108,7 +109,7 @@ func (n *Node) AcquireSlots(ctx context.Context, keys []string, ttl, maxWait tim
 				n.stats.slotsAcquired.Add(1)
 				return s, nil
 			}
-			if !errors.Is(err, raftpace.ErrConcurrencyLimit) && !errors.Is(err, errNotLeader) {
+			if !errors.Is(err, raftpace.ErrConcurrencyLimit) && !errors.Is(err, wire.ErrNotLeader) {
 				return raftpace.Slot{}, err
 			}
 			if errors.Is(err, raftpace.ErrConcurrencyLimit) {
@@ -165,7 +166,7 @@ func (n *Node) AcquireSlots(ctx context.Context, keys []string, ttl, maxWait tim
 }
 
 // acquireOnce asks the leader (this node, or forwarded) once.
-func (n *Node) acquireOnce(ctx context.Context, req acquireReq) ([]string, error) {
+func (n *Node) acquireOnce(ctx context.Context, req wire.AcquireReq) ([]string, error) {
 	if n.raft.State() == raft.Leader {
 		return n.leaderAcquire(ctx, req)
 	}
@@ -185,18 +186,18 @@ func (n *Node) acquireOnce(ctx context.Context, req acquireReq) ([]string, error
 		}
 	})
 	defer stop()
-	raw, err := n.trans.Call(cctx, string(addr), rpcAcquireSlots, req.encode())
+	raw, err := n.trans.Call(cctx, string(addr), wire.MethodAcquireSlots, req.Encode())
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return nil, fmt.Errorf("node: acquire slots %q: %w", req.Keys, ctx.Err())
 		}
 		return nil, fmt.Errorf("%w: %w", errRetry, err)
 	}
-	resp, err := decodeAcquireResp(raw)
+	resp, err := wire.DecodeAcquireResp(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errRetry, err)
 	}
-	if resp.Code == codeConcurrency {
+	if resp.Code == wire.CodeConcurrency {
 		return resp.Full, fmt.Errorf("%w (leader: %s)", raftpace.ErrConcurrencyLimit, resp.Msg)
 	}
 	return nil, leaderErr(fmt.Sprintf("acquire slots %q", req.Keys), resp.Code, resp.Msg)
@@ -204,9 +205,9 @@ func (n *Node) acquireOnce(ctx context.Context, req acquireReq) ([]string, error
 
 // leaderAcquire grants req once every key has room, waiting up to
 // req.MaxWait. It returns the full keys with ErrConcurrencyLimit.
-func (n *Node) leaderAcquire(ctx context.Context, req acquireReq) ([]string, error) {
+func (n *Node) leaderAcquire(ctx context.Context, req wire.AcquireReq) ([]string, error) {
 	if !n.pacer.isLeading() {
-		return nil, errNotLeader // elected, but the barrier has not passed
+		return nil, wire.ErrNotLeader // elected, but the barrier has not passed
 	}
 	deadline := time.Now().Add(req.MaxWait)
 	for {
@@ -245,7 +246,7 @@ func (n *Node) leaderAcquire(ctx context.Context, req acquireReq) ([]string, err
 		}
 		t.Stop()
 		if !n.pacer.isLeading() {
-			return nil, errNotLeader
+			return nil, wire.ErrNotLeader
 		}
 	}
 }
@@ -296,7 +297,7 @@ func (n *Node) ReleaseSlot(ctx context.Context, s raftpace.Slot) error {
 	}
 	what := "release slot " + s.ID
 	err := n.untilDone(ctx, what, func() error {
-		_, err := n.indexOnLeader(ctx, what, rpcReleaseSlots, releaseReq{IDs: []string{s.ID}}.encode(),
+		_, err := n.indexOnLeader(ctx, what, wire.MethodReleaseSlots, wire.ReleaseReq{IDs: []string{s.ID}}.Encode(),
 			func() (uint64, error) { return n.leaderRelease([]string{s.ID}) })
 		return err
 	})
@@ -397,7 +398,7 @@ func (n *Node) DeleteCap(ctx context.Context, key string) error {
 
 func (n *Node) changeCap(ctx context.Context, key string, max int) error {
 	what := fmt.Sprintf("set cap %q", key)
-	return n.commitOnLeader(ctx, what, rpcSetCap, capReq{Key: key, Max: max}.encode(),
+	return n.commitOnLeader(ctx, what, wire.MethodSetCap, wire.CapReq{Key: key, Max: max}.Encode(),
 		func() (uint64, error) { return n.applyCap(key, max) })
 }
 
@@ -407,7 +408,7 @@ func (n *Node) applyCap(key string, max int) (uint64, error) {
 		c = &fsm.DeleteCap{Key: key}
 	}
 	index, err := n.commit(c, 5*time.Second)
-	if err != nil && !errors.Is(err, errNotLeader) {
+	if err != nil && !errors.Is(err, wire.ErrNotLeader) {
 		return 0, fmt.Errorf("node: set cap %q: %w", key, err)
 	}
 	return index, err
