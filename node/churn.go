@@ -118,7 +118,7 @@ func (n *Node) Leave(ctx context.Context) error {
 // from now plus its busy time, and it leaves raft. reclaim forgets it once
 // the busy time has passed.
 func (n *Node) departed(req wire.RemoveServerReq) (uint64, error) {
-	if n.raft.State() != raft.Leader || !n.pacer.isLeading() {
+	if n.raft.State() != raft.Leader || !n.pacer.IsLeading() {
 		// Not leading yet (a leader just handed over to this node): the
 		// release must not be lost, so the member asks again.
 		return 0, wire.ErrNotLeader
@@ -126,7 +126,7 @@ func (n *Node) departed(req wire.RemoveServerReq) (uint64, error) {
 	if req.ID == n.cfg.NodeID {
 		return n.departSelf(req.Busy)
 	}
-	n.shares.release(req.ID, n.now()+int64(req.Busy))
+	n.shares.Release(req.ID, n.now()+int64(req.Busy))
 	n.log.Info("member leaving: its fraction comes back", "member", req.ID, "in", req.Busy)
 	return n.removeServer(req.ID)
 }
@@ -176,9 +176,9 @@ func (n *Node) handOver() {
 		return
 	}
 	begin := time.Now()
-	gen := n.pacer.stepDown()
-	n.shares.stepDown()
-	for _, ext := range n.pacer.cursors() {
+	gen := n.pacer.StepDown()
+	n.shares.StepDown()
+	for _, ext := range n.pacer.Cursors() {
 		if _, err := n.commit(&ext, 5*time.Second); err != nil {
 			// The horizons committed before still cover every grant; the
 			// successor just starts later.
@@ -208,7 +208,7 @@ func (n *Node) reclaimLoop() {
 			return
 		case <-tick.C:
 		}
-		if !n.pacer.isLeading() {
+		if !n.pacer.IsLeading() {
 			continue
 		}
 		n.reclaim(lastTry)
@@ -231,12 +231,12 @@ func (n *Node) reclaim(lastTry map[string]time.Time) {
 	self := n.cfg.NodeID
 	switch {
 	case n.cfg.Unsafe.ReclaimWithoutFence:
-		for _, id := range n.shares.overdue(self, n.cfg.ShareTTL+time.Second) {
+		for _, id := range n.shares.Overdue(self, n.cfg.ShareTTL+time.Second) {
 			n.log.Warn("UNSAFE: taking back a silent member's fraction without fencing it", "member", id)
-			n.shares.release(id, n.now())
+			n.shares.Release(id, n.now())
 		}
 	case n.cfg.witnessed():
-		for _, id := range n.shares.overdue(self, 0) {
+		for _, id := range n.shares.Overdue(self, 0) {
 			if time.Since(lastTry[id]) < n.cfg.WitnessTTL/3 {
 				continue
 			}
@@ -244,9 +244,9 @@ func (n *Node) reclaim(lastTry map[string]time.Time) {
 			n.fence(id)
 		}
 	default:
-		for _, id := range n.shares.overdue(self, n.cfg.reapAfter()) {
+		for _, id := range n.shares.Overdue(self, n.cfg.reapAfter()) {
 			n.log.Warn("reaping member not heard from: its fraction comes back", "member", id, "reap_after", n.cfg.reapAfter())
-			n.shares.release(id, n.now())
+			n.shares.Release(id, n.now())
 		}
 	}
 	for id, at := range lastTry {
@@ -273,7 +273,7 @@ func (n *Node) fence(id string) {
 		return
 	}
 	in := res.Wait + n.cfg.UseGrace
-	n.shares.release(id, n.now()+int64(in))
+	n.shares.Release(id, n.now()+int64(in))
 	n.log.Warn("member silent to the leader and to postgres: fenced; its fraction comes back",
 		"member", id, "last_heartbeat", res.LastSeen.Round(time.Millisecond), "in", in.Round(time.Millisecond))
 }
@@ -282,7 +282,7 @@ func (n *Node) fence(id string) {
 // from raft's configuration first (if still there), then from the member
 // list, which returns their fraction to the others (balanceFractions).
 func (n *Node) forgetReleased() {
-	ids := n.shares.released(n.now())
+	ids := n.shares.Released(n.now())
 	if len(ids) == 0 {
 		return
 	}
@@ -300,7 +300,7 @@ func (n *Node) forgetReleased() {
 		if id == n.cfg.NodeID {
 			continue
 		}
-		if !n.shares.isReleased(id) {
+		if !n.shares.IsReleased(id) {
 			continue // rejoined meanwhile (a new incarnation)
 		}
 		if inRaft[id] {
@@ -328,7 +328,7 @@ func (n *Node) removeFailed(servers []raft.Server) ([]raft.Server, error) {
 	voters, healthyVoters := 0, 0
 	for _, s := range servers {
 		id := string(s.ID)
-		silent, lapsed := n.shares.silence(id)
+		silent, lapsed := n.shares.Silence(id)
 		dead := id != n.cfg.NodeID && lapsed && silent >= n.cfg.FailedServerAfter
 		if s.Suffrage == raft.Voter {
 			voters++
@@ -350,7 +350,7 @@ func (n *Node) removeFailed(servers []raft.Server) ([]raft.Server, error) {
 	var errs []error
 	gone := make(map[raft.ServerID]bool)
 	for _, s := range failed {
-		silent, _ := n.shares.silence(string(s.ID))
+		silent, _ := n.shares.Silence(string(s.ID))
 		n.log.Warn("removing a failed member from raft (its fraction stays reserved until reclaimed)",
 			"member", s.ID, "suffrage", s.Suffrage.String(), "silent", silent.Round(time.Millisecond))
 		n.gossip.markFailed(string(s.ID))

@@ -227,7 +227,7 @@ func (g *gossip) observe(node *memberlist.Node, alive, joined bool) {
 	if joined {
 		// A new incarnation: whatever the leader released for the old one
 		// (it left, or was fenced) must not remove the new one again.
-		g.n.shares.rejoined(node.Name)
+		g.n.shares.Rejoined(node.Name)
 	}
 	g.mu.Lock()
 	if !alive || joined {
@@ -437,7 +437,7 @@ func (n *Node) reconcileLoop() {
 			n.gossip.markBootstrapped()
 		}
 		n.rejoinFailed()
-		if !n.pacer.isLeading() {
+		if !n.pacer.IsLeading() {
 			continue
 		}
 		if err := n.reconcile(); err != nil {
@@ -538,7 +538,7 @@ func (n *Node) reconcile() error {
 		if voters >= n.cfg.Voters {
 			break
 		}
-		if s.Suffrage != raft.Nonvoter || !n.shares.caughtUp(string(s.ID), n.cfg.ShareTTL, applied-min(applied, promoteLag)) {
+		if s.Suffrage != raft.Nonvoter || !n.shares.CaughtUp(string(s.ID), n.cfg.ShareTTL, applied-min(applied, promoteLag)) {
 			continue
 		}
 		n.log.Info("promoting nonvoter to voter", "member", s.ID)

@@ -130,7 +130,7 @@ func (n *Node) pauseOnce(ctx context.Context, what, key string, d time.Duration)
 	}
 	resp, err := wire.DecodePauseResp(raw)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: %w", errRetry, err)
+		return 0, 0, fmt.Errorf("%w: %w", wire.ErrRetry, err)
 	}
 	if err := leaderErr(what, resp.Code, resp.Msg); err != nil {
 		return 0, 0, err

@@ -45,14 +45,14 @@ func (n *Node) leading() bool { return n.raft.State() == raft.Leader }
 func (n *Node) callLeader(ctx context.Context, what string, method uint8, req []byte) ([]byte, error) {
 	addr, _ := n.raft.LeaderWithID()
 	if addr == "" {
-		return nil, errRetry
+		return nil, wire.ErrRetry
 	}
 	raw, err := n.trans.Call(ctx, string(addr), method, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("node: %s: %w", what, ctx.Err())
 		}
-		return nil, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
+		return nil, fmt.Errorf("%w: leader %s: %w", wire.ErrRetry, addr, err)
 	}
 	return raw, nil
 }
@@ -66,7 +66,7 @@ func leaderErr(what string, code uint8, msg string) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, wire.ErrNotLeader) || code == wire.CodeUnavailable:
-		return fmt.Errorf("%w: %w", errRetry, err)
+		return fmt.Errorf("%w: %w", wire.ErrRetry, err)
 	}
 	return fmt.Errorf("node: %s: %w", what, err)
 }
@@ -84,7 +84,7 @@ func (n *Node) indexOnLeader(ctx context.Context, what string, method uint8, req
 	}
 	resp, err := wire.DecodeIndexResp(raw)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", errRetry, err)
+		return 0, fmt.Errorf("%w: %w", wire.ErrRetry, err)
 	}
 	if err := leaderErr(what, resp.Code, resp.Msg); err != nil {
 		return 0, err

@@ -271,7 +271,7 @@ func (c *leaseCache) startFetch(kl *keyLease, key string, maxWait time.Duration)
 			// Every slot's use-by passed in transit: drop the lease.
 			n.stats.lateGrants.Add(1)
 			n.log.Warn("lease arrived too late to use; asking again", "key", key, "round_trip", time.Duration(arrived-sent), "held_by_leader", time.Duration(l.Held))
-			err = fmt.Errorf("%w: lease arrived after %v", errRetry, time.Duration(arrived-sent))
+			err = fmt.Errorf("%w: lease arrived after %v", wire.ErrRetry, time.Duration(arrived-sent))
 		}
 		kl.mu.Lock()
 		if err == nil {
@@ -289,13 +289,13 @@ func (c *leaseCache) startFetch(kl *keyLease, key string, maxWait time.Duration)
 
 // fetchLease asks the leader (itself, or over RPC) for up to want slots.
 func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait time.Duration) (wire.Lease, error) {
-	l, err := n.pacer.lease(ctx, n.ctx.Done(), key, n.cfg.NodeID, want, maxWait)
+	l, err := n.pacer.Lease(ctx, n.ctx.Done(), key, n.cfg.NodeID, want, maxWait)
 	if !errors.Is(err, wire.ErrNotLeader) {
 		return l, err
 	}
 	addr, _ := n.raft.LeaderWithID()
 	if addr == "" || string(addr) == n.Addr() {
-		return wire.Lease{}, errRetry
+		return wire.Lease{}, wire.ErrRetry
 	}
 	n.stats.forwarded.Add(1)
 	// A paused or cut-off leader must not hold every caller of the key for
@@ -308,11 +308,11 @@ func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait tim
 		if ctx.Err() != nil {
 			return wire.Lease{}, fmt.Errorf("node: lease %q: %w", key, ctx.Err())
 		}
-		return wire.Lease{}, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
+		return wire.Lease{}, fmt.Errorf("%w: leader %s: %w", wire.ErrRetry, addr, err)
 	}
 	resp, err := wire.DecodeLeaseResp(raw)
 	if err != nil {
-		return wire.Lease{}, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
+		return wire.Lease{}, fmt.Errorf("%w: leader %s: %w", wire.ErrRetry, addr, err)
 	}
 	if resp.Code == wire.CodeLimitExceeded {
 		return wire.Lease{}, &raftpace.LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
@@ -325,7 +325,7 @@ func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait tim
 			return wire.Lease{}, err
 		}
 		if resp.Code == wire.CodeUnavailable {
-			return wire.Lease{}, fmt.Errorf("%w: %w", errRetry, err)
+			return wire.Lease{}, fmt.Errorf("%w: %w", wire.ErrRetry, err)
 		}
 		return wire.Lease{}, fmt.Errorf("node: lease %q: %w", key, err)
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/logging"
+	"github.com/raftpace/raftpace/node/pacer"
+	"github.com/raftpace/raftpace/node/shares"
 	"github.com/raftpace/raftpace/node/wire"
 	"github.com/raftpace/raftpace/transport"
 )
@@ -35,9 +37,9 @@ type Node struct {
 
 	state    *fsm.State
 	fsm      *fsmAdapter
-	pacer    *pacer
+	pacer    *pacer.Pacer
 	leases   *leaseCache
-	shares   *shares
+	shares   *shares.Shares
 	fallback *fallback
 	// memberWrites serialises the leader's writers of the replicated member
 	// list (syncMembers, balanceFractions, forgetReleased, departSelf).
@@ -140,25 +142,25 @@ func New(cfg Config) (*Node, error) {
 func (n *Node) start() error {
 	cfg := n.cfg
 	n.fsm = newFSMAdapter(n.state, n.now)
-	n.pacer = newPacer(n.now, cfg.HorizonAhead, cfg.LeaseSpan, n.fsm.horizon, n.state.Limits)
-	n.pacer.granted = func(key string, count int) { n.grantedHist.add(key, count, time.Now()) }
+	n.pacer = pacer.New(n.now, cfg.HorizonAhead, cfg.LeaseSpan, n.fsm.horizon, n.state.Limits)
+	n.pacer.Granted = func(key string, count int) { n.grantedHist.add(key, count, time.Now()) }
 	n.leases = newLeaseCache(n)
-	n.shares = newShares(n.now, cfg.ShareTTL)
-	n.pacer.shares = n.shares
+	n.shares = shares.New(n.now, cfg.ShareTTL)
+	n.pacer.Shares = n.shares
 	n.fallback = newFallback(n)
-	n.fsm.onMembers = func() { n.shares.setMembers(n.state.Members()) }
-	n.fsm.onLimit = n.pacer.setLimit
+	n.fsm.onMembers = func() { n.shares.SetMembers(n.state.Members()) }
+	n.fsm.onLimit = n.pacer.SetLimit
 	if cfg.PostgresURL != "" {
 		n.pg = newPGLink(n)
-		n.fsm.onMembers = func() { n.shares.setMembers(n.state.Members()); n.pg.changed() }
-		n.fsm.onLimit = func(key string, lim fsm.Limit, ok bool) { n.pacer.setLimit(key, lim, ok); n.pg.changed() }
+		n.fsm.onMembers = func() { n.shares.SetMembers(n.state.Members()); n.pg.changed() }
+		n.fsm.onLimit = func(key string, lim fsm.Limit, ok bool) { n.pacer.SetLimit(key, lim, ok); n.pg.changed() }
 		n.fsm.onGate = n.pg.changed
 	}
-	n.pacer.fresh = cfg.Unsafe.FreshStart
+	n.pacer.Fresh = cfg.Unsafe.FreshStart
 	if cfg.Unsafe != (Unsafe{}) {
 		n.log.Warn("UNSAFE test options set: this node may break the ceiling", "options", fmt.Sprintf("%+v", cfg.Unsafe))
 	}
-	n.fsm.onReset = n.pacer.reset
+	n.fsm.onReset = n.pacer.Reset
 
 	tlsCfg, err := cfg.tlsConfig() // validated above; nil without TLS
 	if err != nil {
@@ -284,7 +286,7 @@ func (n *Node) Close() error {
 		n.cancel()
 		var errs []error
 		if n.pacer != nil {
-			n.pacer.stepDown()
+			n.pacer.StepDown()
 		}
 		if n.raft != nil {
 			if err := n.raft.Shutdown().Error(); err != nil {
@@ -351,8 +353,8 @@ func (n *Node) leadershipLoop(notify <-chan bool) {
 			return
 		case leader := <-notify:
 			n.leaderTransitions.Add(1)
-			gen := n.pacer.stepDown()
-			n.shares.stepDown()
+			gen := n.pacer.StepDown()
+			n.shares.StepDown()
 			if !leader {
 				n.log.Info("lost leadership")
 				continue
@@ -378,9 +380,9 @@ func (n *Node) becomeLeader(gen uint64) {
 	if !n.restoreBeforeLeading(gen) {
 		return
 	}
-	n.shares.lead(n.state.Members())
+	n.shares.Lead(n.state.Members())
 	n.renewShares()
-	if n.pacer.lead(gen) {
+	if n.pacer.Lead(gen) {
 		n.log.Info("leading: granting from inherited horizons", "term", n.raft.CurrentTerm())
 	}
 }
@@ -396,20 +398,20 @@ func (n *Node) extendLoop() {
 		case <-n.ctx.Done():
 			return
 		case <-tick.C:
-		case <-n.pacer.kick:
+		case <-n.pacer.Kicks():
 		}
 		for {
-			ext, ok := n.pacer.collect()
+			ext, ok := n.pacer.Collect()
 			if !ok {
 				break
 			}
-			if _, err := n.commit(&ext.cmd, 5*time.Second); err != nil {
+			if _, err := n.commit(&ext.Cmd, 5*time.Second); err != nil {
 				n.stats.extendErrors.Add(1)
-				n.log.Warn("horizon extension not committed", "keys", len(ext.cmd.Entries), "err", err)
+				n.log.Warn("horizon extension not committed", "keys", len(ext.Cmd.Entries), "err", err)
 				break
 			}
 			n.stats.extensions.Add(1)
-			n.pacer.committed(ext)
+			n.pacer.Committed(ext)
 		}
 	}
 }
@@ -431,7 +433,7 @@ func (n *Node) commit(c fsm.Command, timeout time.Duration) (uint64, error) {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return 0, wire.ErrNotLeader
 		}
-		return 0, fmt.Errorf("%w: raft apply: %w", errRetry, err)
+		return 0, fmt.Errorf("%w: raft apply: %w", wire.ErrRetry, err)
 	}
 	if err, ok := f.Response().(error); ok && err != nil {
 		return 0, fmt.Errorf("%w: %w", raftpace.ErrInvalidRequest, err)
@@ -522,7 +524,7 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w within max wait %v: %w", key, raftpace.ErrNoLeader, maxWait, lastErr)
 		}
 		sent := time.Now()
-		wait, held, err := n.pacer.reserve(ctx, n.ctx.Done(), key, count, remaining)
+		wait, held, err := n.pacer.Reserve(ctx, n.ctx.Done(), key, count, remaining)
 		if errors.Is(err, wire.ErrNotLeader) {
 			sent = time.Now()
 			wait, held, err = n.forwardReserve(ctx, key, count, remaining)
@@ -569,19 +571,15 @@ func leaderCallTimeout(maxWait time.Duration) time.Duration {
 	return min(maxWait, time.Second) + 500*time.Millisecond
 }
 
-// errRetry marks failures that another attempt (at the same or a new
-// leader) may cure: no leader yet, a leader change, a broken connection.
-var errRetry = errors.New("node: retry")
-
 func retryable(err error) bool {
-	return errors.Is(err, errRetry) || errors.Is(err, wire.ErrNotLeader) || errors.Is(err, errNoShare)
+	return errors.Is(err, wire.ErrRetry) || errors.Is(err, wire.ErrNotLeader) || errors.Is(err, pacer.ErrNoShare)
 }
 
 func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWait time.Duration) (wait, held time.Duration, err error) {
 	addr, _ := n.raft.LeaderWithID()
 	if addr == "" || string(addr) == n.Addr() {
 		// No leader, or this node won but has not passed its barrier yet.
-		return 0, 0, errRetry
+		return 0, 0, wire.ErrRetry
 	}
 	n.stats.forwarded.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, leaderCallTimeout(maxWait))
@@ -591,11 +589,11 @@ func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWai
 		if ctx.Err() != nil {
 			return 0, 0, fmt.Errorf("node: reserve %q: %w", key, ctx.Err())
 		}
-		return 0, 0, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
+		return 0, 0, fmt.Errorf("%w: leader %s: %w", wire.ErrRetry, addr, err)
 	}
 	resp, err := wire.DecodeReserveResp(raw)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: leader %s: %w", errRetry, addr, err)
+		return 0, 0, fmt.Errorf("%w: leader %s: %w", wire.ErrRetry, addr, err)
 	}
 	if resp.Code == wire.CodeLimitExceeded {
 		return 0, 0, &raftpace.LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
@@ -608,7 +606,7 @@ func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWai
 			return 0, 0, err
 		}
 		if resp.Code == wire.CodeUnavailable {
-			return 0, 0, fmt.Errorf("%w: %w", errRetry, err)
+			return 0, 0, fmt.Errorf("%w: %w", wire.ErrRetry, err)
 		}
 		return 0, 0, fmt.Errorf("node: reserve %q: %w", key, err)
 	}
@@ -682,7 +680,7 @@ func (n *Node) Limits(ctx context.Context) (map[string]fsm.Limit, error) {
 func (n *Node) WaitForLeader(ctx context.Context) (string, error) {
 	for {
 		addr, id := n.raft.LeaderWithID()
-		if addr != "" && (string(id) != n.cfg.NodeID || n.pacer.isLeading()) {
+		if addr != "" && (string(id) != n.cfg.NodeID || n.pacer.IsLeading()) {
 			return string(id), nil
 		}
 		if err := sleepCtx(ctx, n.ctx, 10*time.Millisecond); err != nil {
@@ -692,7 +690,7 @@ func (n *Node) WaitForLeader(ctx context.Context) (string, error) {
 }
 
 // IsLeader reports whether this node is the leader and granting.
-func (n *Node) IsLeader() bool { return n.pacer.isLeading() }
+func (n *Node) IsLeader() bool { return n.pacer.IsLeading() }
 
 func sleepCtx(ctx, nodeCtx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
@@ -728,7 +726,7 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		}
 		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
 		defer cancel()
-		wait, held, err := n.pacer.reserve(ctx, n.ctx.Done(), m.Key, m.Count, m.MaxWait)
+		wait, held, err := n.pacer.Reserve(ctx, n.ctx.Done(), m.Key, m.Count, m.MaxWait)
 		var le *raftpace.LimitExceededError
 		if errors.As(err, &le) {
 			return wire.ReserveResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode(), nil
@@ -750,7 +748,7 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		}
 		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
 		defer cancel()
-		l, err := n.pacer.lease(ctx, n.ctx.Done(), m.Key, m.Holder, m.Count, m.MaxWait)
+		l, err := n.pacer.Lease(ctx, n.ctx.Done(), m.Key, m.Holder, m.Count, m.MaxWait)
 		var le *raftpace.LimitExceededError
 		if errors.As(err, &le) {
 			return wire.LeaseResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode(), nil

@@ -119,7 +119,7 @@ func (n *Node) postgresLoop() {
 				lastPublish = time.Now()
 			}
 		}
-		if err == nil && n.pacer.isLeading() && !n.restorePending.Load() {
+		if err == nil && n.pacer.IsLeading() && !n.restorePending.Load() {
 			err = s.SaveCheckpoint(ctx, n.checkpoint())
 			n.pg.note(err)
 			if err != nil && !errors.Is(err, pgstore.ErrUnavailable) {
@@ -144,7 +144,7 @@ func (n *Node) checkpoint() pgstore.Checkpoint {
 		Pauses:   make(map[string]time.Duration),
 	}
 	now := n.now()
-	views := n.pacer.view()
+	views := n.pacer.View()
 	for key := range n.state.Horizons() {
 		h, _ := n.fsm.horizon(key)
 		if v, ok := views[key]; ok && now+int64(v.HorizonIn) > h {
@@ -272,7 +272,7 @@ func (n *Node) restoreBeforeLeading(gen uint64) bool {
 			return true
 		}
 		n.log.Warn("cannot restore the new cluster from postgres yet; granting nothing until it can", "err", err)
-		if sleepCtx(context.Background(), n.ctx, backoff) != nil || !n.pacer.sameGen(gen) {
+		if sleepCtx(context.Background(), n.ctx, backoff) != nil || !n.pacer.SameGen(gen) {
 			return false
 		}
 		backoff = min(2*backoff, 5*time.Second)

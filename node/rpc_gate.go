@@ -127,7 +127,7 @@ func (n *Node) leaderSyncIndex() (uint64, error) {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return 0, wire.ErrNotLeader
 		}
-		return 0, fmt.Errorf("%w: barrier: %w", errRetry, err)
+		return 0, fmt.Errorf("%w: barrier: %w", wire.ErrRetry, err)
 	}
 	return n.raft.AppliedIndex(), nil
 }

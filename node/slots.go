@@ -172,7 +172,7 @@ func (n *Node) acquireOnce(ctx context.Context, req wire.AcquireReq) ([]string, 
 	}
 	addr, _ := n.raft.LeaderWithID()
 	if addr == "" {
-		return nil, errRetry
+		return nil, wire.ErrRetry
 	}
 	// The caller's deadline does not cut the call short: the leader answers
 	// within req.MaxWait, which ends before that deadline, and a late answer
@@ -191,11 +191,11 @@ func (n *Node) acquireOnce(ctx context.Context, req wire.AcquireReq) ([]string, 
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return nil, fmt.Errorf("node: acquire slots %q: %w", req.Keys, ctx.Err())
 		}
-		return nil, fmt.Errorf("%w: %w", errRetry, err)
+		return nil, fmt.Errorf("%w: %w", wire.ErrRetry, err)
 	}
 	resp, err := wire.DecodeAcquireResp(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errRetry, err)
+		return nil, fmt.Errorf("%w: %w", wire.ErrRetry, err)
 	}
 	if resp.Code == wire.CodeConcurrency {
 		return resp.Full, fmt.Errorf("%w (leader: %s)", raftpace.ErrConcurrencyLimit, resp.Msg)
@@ -206,7 +206,7 @@ func (n *Node) acquireOnce(ctx context.Context, req wire.AcquireReq) ([]string, 
 // leaderAcquire grants req once every key has room, waiting up to
 // req.MaxWait. It returns the full keys with ErrConcurrencyLimit.
 func (n *Node) leaderAcquire(ctx context.Context, req wire.AcquireReq) ([]string, error) {
-	if !n.pacer.isLeading() {
+	if !n.pacer.IsLeading() {
 		return nil, wire.ErrNotLeader // elected, but the barrier has not passed
 	}
 	deadline := time.Now().Add(req.MaxWait)
@@ -239,13 +239,13 @@ func (n *Node) leaderAcquire(ctx context.Context, req wire.AcquireReq) ([]string
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("%w: %w", errRetry, ctx.Err())
+			return nil, fmt.Errorf("%w: %w", wire.ErrRetry, ctx.Err())
 		case <-n.ctx.Done():
 			t.Stop()
 			return nil, raftpace.ErrClosed
 		}
 		t.Stop()
-		if !n.pacer.isLeading() {
+		if !n.pacer.IsLeading() {
 			return nil, wire.ErrNotLeader
 		}
 	}
@@ -256,7 +256,7 @@ func (n *Node) leaderAcquire(ctx context.Context, req wire.AcquireReq) ([]string
 func (n *Node) fullKeys(keys []string, held map[string]heldSlot, now int64) ([]string, int64, error) {
 	var full []string
 	wake := int64(math.MaxInt64)
-	unheld := n.shares.unheld(now)
+	unheld := n.shares.Unheld(now)
 	for _, key := range keys {
 		c, ok := n.state.Cap(key)
 		if !ok {
@@ -367,7 +367,7 @@ func (n *Node) maintainLoop() {
 			return
 		case <-tick.C:
 		}
-		if !n.pacer.isLeading() {
+		if !n.pacer.IsLeading() {
 			continue
 		}
 		n.clearExpiredPauses()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftpace/raftpace/node/shares"
 )
 
 // Status is a node's view of the cluster, for operators and tests.
@@ -177,14 +178,14 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		State:        n.raft.State().String(),
 		Leader:       string(leaderID),
 		LeaderAddr:   string(leaderAddr),
-		Granting:     n.pacer.isLeading(),
+		Granting:     n.pacer.IsLeading(),
 		Mode:         n.fallback.current().String(),
 		Fraction:     n.ownFraction(),
 		Term:         term,
 		AppliedIndex: n.state.AppliedIndex(),
 		Stats:        n.Stats(),
 	}
-	held, sv := n.shares.view()
+	held, sv := n.shares.View()
 	st.HeldFraction = held
 	gm := n.gossip.snapshot()
 	seen := make(map[string]bool)
@@ -219,7 +220,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		}
 	}
 	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })
-	views := n.pacer.view()
+	views := n.pacer.View()
 	now := time.Now()
 	for key, lim := range n.state.Limits() {
 		v := views[key]
@@ -242,7 +243,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 }
 
 // memberMode is the leader's view of a member's mode from its share state.
-func (n *Node) memberMode(v shareView) string {
+func (n *Node) memberMode(v shares.MemberView) string {
 	switch {
 	case v.Held:
 		return MemberRaft

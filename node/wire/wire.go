@@ -57,6 +57,10 @@ var ErrBadRPC = errors.New("node: malformed rpc message")
 // the leader that may grant.
 var ErrNotLeader = errors.New("node: not the leader")
 
+// ErrRetry marks failures that another attempt (at the same or a new
+// leader) may cure: no leader yet, a leader change, a broken connection.
+var ErrRetry = errors.New("node: retry")
+
 // CodeFor maps an error to the code a remote node turns back into the same
 // sentinel.
 func CodeFor(err error) uint8 {

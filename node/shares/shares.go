@@ -1,7 +1,14 @@
-package node
+// Package shares keeps the conservation of the rate between a leader and
+// its members (DESIGN 5): which member fractions the leader holds, for
+// which slot times, and so F, the part of every key's rate the leader may
+// grant at a slot time (Fraction, the pacer's ShareSource). It records
+// renewal answers, releases of departing members and who is overdue; it
+// sends nothing itself (node's share loop renews and commits fractions)
+// and takes time from a now function, so every rule is tested on a fake
+// clock.
+package shares
 
 import (
-	"context"
 	"math"
 	"sort"
 	"sync"
@@ -12,7 +19,7 @@ import (
 	"github.com/raftpace/raftpace/node/wire"
 )
 
-// shares is the leader's record of whose fallback fraction it holds
+// Shares is the leader's record of whose fallback fraction it holds
 // (DESIGN 5). Member i's fraction f_i is spent by exactly one side at any
 // moment: by the leader while it holds i's share lease, by i itself (in
 // fallback) once that lease has lapsed.
@@ -29,7 +36,7 @@ import (
 // at t). A fraction not held counts at the larger of its committed value
 // and the value the member last reported, since a member cut off may not
 // have applied a shrink.
-type shares struct {
+type Shares struct {
 	now func() int64
 	ttl int64
 
@@ -50,28 +57,28 @@ type shares struct {
 }
 
 // touch drops the cached F; s.mu is held.
-func (s *shares) touch() {
+func (s *Shares) touch() {
 	s.cache.valid = false
 }
 
 // wake releases the requests waiting for the shares' reach to move; s.mu
 // is held.
-func (s *shares) wake() {
+func (s *Shares) wake() {
 	s.touch()
 	next := make(chan struct{})
 	close(*s.changed.Swap(&next))
 }
 
 // roundDone marks the end of a round of renewals.
-func (s *shares) roundDone() {
+func (s *Shares) RoundDone() {
 	s.mu.Lock()
 	s.wake()
 	s.mu.Unlock()
 }
 
-// changes returns a channel closed at the next change of the shares. It
+// Changes returns a channel closed at the next change of the shares. It
 // takes no lock: the pacer reads it for every grant, before F.
-func (s *shares) changes() <-chan struct{} {
+func (s *Shares) Changes() <-chan struct{} {
 	return *s.changed.Load()
 }
 
@@ -93,8 +100,8 @@ type fcache struct {
 	f           float64
 }
 
-func newShares(now func() int64, ttl time.Duration) *shares {
-	s := &shares{now: now, ttl: int64(ttl), by: make(map[string]*shareState), fracs: make(map[string]float64)}
+func New(now func() int64, ttl time.Duration) *Shares {
+	s := &Shares{now: now, ttl: int64(ttl), by: make(map[string]*shareState), fracs: make(map[string]float64)}
 	ch := make(chan struct{})
 	s.changed.Store(&ch)
 	return s
@@ -102,7 +109,7 @@ func newShares(now func() int64, ttl time.Duration) *shares {
 
 // lead starts a new leadership: nothing is held until renewed; every member
 // counts as last heard now (reaping waits a full ReapAfter from here).
-func (s *shares) lead(members []fsm.Member) {
+func (s *Shares) Lead(members []fsm.Member) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -115,7 +122,7 @@ func (s *shares) lead(members []fsm.Member) {
 	s.wake()
 }
 
-func (s *shares) stepDown() {
+func (s *Shares) StepDown() {
 	s.mu.Lock()
 	s.leading = false
 	s.wake()
@@ -123,13 +130,13 @@ func (s *shares) stepDown() {
 }
 
 // setMembers follows the committed member list.
-func (s *shares) setMembers(members []fsm.Member) {
+func (s *Shares) SetMembers(members []fsm.Member) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.setMembersLocked(members)
 }
 
-func (s *shares) setMembersLocked(members []fsm.Member) {
+func (s *Shares) setMembersLocked(members []fsm.Member) {
 	s.fracs = make(map[string]float64, len(members))
 	for _, m := range members {
 		s.fracs[m.ID] = m.Fraction
@@ -148,7 +155,7 @@ func (s *shares) setMembersLocked(members []fsm.Member) {
 }
 
 // renewed records an answer to a renewal sent at q and received at r.
-func (s *shares) renewed(id string, q, r int64, a wire.ShareAnswer) {
+func (s *Shares) Renewed(id string, q, r int64, a wire.ShareAnswer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.leading {
@@ -179,9 +186,9 @@ func (s *shares) renewed(id string, q, r int64, a wire.ShareAnswer) {
 // fracEpsilon is the rounding tolerance of a sum of fractions.
 const fracEpsilon = 1e-9
 
-// fraction returns F for slots in [a, b]: 1 minus the fractions not held
+// Fraction returns F for slots in [a, b]: 1 minus the fractions not held
 // for the whole interval. 0 when not leading.
-func (s *shares) fraction(a, b int64) float64 {
+func (s *Shares) Fraction(a, b int64) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.leading {
@@ -241,7 +248,7 @@ func (s *shares) fraction(a, b int64) float64 {
 
 // unheld returns the fractions not held at now (each at the larger of its
 // committed and reported value); all of them when not leading.
-func (s *shares) unheld(now int64) []float64 {
+func (s *Shares) Unheld(now int64) []float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []float64
@@ -260,15 +267,15 @@ func (s *shares) unheld(now int64) []float64 {
 }
 
 // view lists the share states for status.
-func (s *shares) view() (held float64, members map[string]shareView) {
+func (s *Shares) View() (held float64, members map[string]MemberView) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	members = make(map[string]shareView)
+	members = make(map[string]MemberView)
 	held = 1
 	for id, committed := range s.fracs {
 		st := s.by[id]
-		v := shareView{Fraction: committed}
+		v := MemberView{Fraction: committed}
 		if st != nil {
 			v.Held = s.leading && st.counted(now)
 			v.Released = st.releasedFrom != 0
@@ -286,7 +293,7 @@ func (s *shares) view() (held float64, members map[string]shareView) {
 	return max(0, held), members
 }
 
-type shareView struct {
+type MemberView struct {
 	Fraction, Reported float64
 	Held, Released     bool
 	LastAck            time.Duration
@@ -301,7 +308,7 @@ func (st *shareState) counted(t int64) bool {
 // release records that member id spends no fallback from slot time from
 // on (it left, was fenced, or was reaped): the leader counts its fraction
 // for every slot from then on, until the member answers a renewal again.
-func (s *shares) release(id string, from int64) {
+func (s *Shares) Release(id string, from int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.leading {
@@ -323,7 +330,7 @@ func (s *shares) release(id string, from int64) {
 // fallback before a leader renews it, and until then the leader counts its
 // fraction only by the holder rule (less, never more). Left in place, the
 // release would make reclaim remove the new incarnation from raft.
-func (s *shares) rejoined(id string) {
+func (s *Shares) Rejoined(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st := s.by[id]; st != nil && st.releasedFrom != 0 {
@@ -334,7 +341,7 @@ func (s *shares) rejoined(id string) {
 
 // released lists the members whose fraction has been given back by now:
 // they may be forgotten (removed from the replicated member list).
-func (s *shares) released(now int64) []string {
+func (s *Shares) Released(now int64) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
@@ -348,7 +355,7 @@ func (s *shares) released(now int64) []string {
 }
 
 // isReleased reports whether member id gave its fraction back (at any time).
-func (s *shares) isReleased(id string) bool {
+func (s *Shares) IsReleased(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.by[id]
@@ -358,7 +365,7 @@ func (s *shares) isReleased(id string) bool {
 // silence returns how long member id has not answered a renewal (since
 // this leadership began, at most), and whether the leader's share of it has
 // lapsed. Not leading: 0, false.
-func (s *shares) silence(id string) (time.Duration, bool) {
+func (s *Shares) Silence(id string) (time.Duration, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.by[id]
@@ -371,7 +378,7 @@ func (s *shares) silence(id string) (time.Duration, bool) {
 
 // caughtUp reports whether member id answered a renewal in the last
 // within and had then applied index.
-func (s *shares) caughtUp(id string, within time.Duration, index uint64) bool {
+func (s *Shares) CaughtUp(id string, within time.Duration, index uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.by[id]
@@ -380,7 +387,7 @@ func (s *shares) caughtUp(id string, within time.Duration, index uint64) bool {
 
 // overdue lists members (other than self) not heard from for after and
 // not released yet.
-func (s *shares) overdue(self string, after time.Duration) []string {
+func (s *Shares) Overdue(self string, after time.Duration) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.leading {
@@ -398,7 +405,7 @@ func (s *shares) overdue(self string, after time.Duration) []string {
 }
 
 // allApplied reports whether every member has said it applied index.
-func (s *shares) allApplied(index uint64) bool {
+func (s *Shares) AllApplied(index uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id := range s.fracs {
@@ -407,119 +414,4 @@ func (s *shares) allApplied(index uint64) bool {
 		}
 	}
 	return true
-}
-
-// shareLoop runs on every node; while it leads, it renews every member's
-// share lease (its own by a local call) every ShareTTL/3 and keeps
-// fractions at 1/N, shrinking before growing. Taking back the fractions of
-// members that are gone is reclaim's (churn.go).
-func (n *Node) shareLoop() {
-	defer n.wg.Done()
-	tick := time.NewTicker(n.cfg.ShareTTL / 3)
-	defer tick.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if !n.pacer.isLeading() {
-			continue
-		}
-		n.renewShares()
-		if err := n.balanceFractions(); err != nil {
-			n.log.Warn("balancing fractions", "err", err)
-		}
-	}
-}
-
-// renewShares sends one round of renewals and waits for the answers (each
-// bounded by a third of the TTL: a later answer is not counted).
-func (n *Node) renewShares() {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return
-	}
-	timeout := n.cfg.ShareTTL / 3
-	var wg sync.WaitGroup
-	for _, srv := range f.Configuration().Servers {
-		id, addr := string(srv.ID), string(srv.Address)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			q := n.now()
-			var a wire.ShareAnswer
-			var err error
-			if id == n.cfg.NodeID {
-				a = n.fallback.renew()
-			} else {
-				ctx, cancel := context.WithTimeout(n.ctx, timeout)
-				a, err = n.callShare(ctx, addr)
-				cancel()
-			}
-			r := n.now()
-			if err != nil || r-q > int64(timeout) {
-				return
-			}
-			n.shares.renewed(id, q, r, a)
-			if a.Fenced {
-				n.unfence(id) // this leader holds its share now
-			}
-		}()
-	}
-	wg.Wait()
-	n.shares.roundDone()
-}
-
-func (n *Node) callShare(ctx context.Context, addr string) (wire.ShareAnswer, error) {
-	raw, err := n.trans.Call(ctx, addr, wire.MethodShare, wire.ShareReq{Leader: n.cfg.NodeID}.Encode())
-	if err != nil {
-		return wire.ShareAnswer{}, err
-	}
-	return wire.DecodeShareAnswer(raw)
-}
-
-// balanceFractions moves every member's fraction toward 1/N: shrinks are
-// committed first; growth waits until every member has applied them (it
-// says so in its renewal answers), so no member can believe a fraction
-// larger than its share of 1 while another's grows.
-func (n *Node) balanceFractions() error {
-	n.memberWrites.Lock()
-	defer n.memberWrites.Unlock()
-	members := n.state.Members()
-	if len(members) == 0 {
-		return nil
-	}
-	target := 1 / float64(len(members))
-	const eps = 1e-9
-	var grow []fsm.Member
-	for _, m := range members {
-		switch {
-		case m.Fraction > target+eps:
-			m.Fraction = target
-			index, err := n.applyMember(m)
-			if err != nil {
-				return err
-			}
-			n.fractionIndex.Store(index)
-			n.log.Info("fallback fraction shrunk", "member", m.ID, "fraction", target)
-		case m.Fraction < target-eps:
-			grow = append(grow, m)
-		}
-	}
-	if len(grow) == 0 || !n.shares.allApplied(n.fractionIndex.Load()) {
-		return nil
-	}
-	for _, m := range grow {
-		m.Fraction = target
-		if _, err := n.applyMember(m); err != nil {
-			return err
-		}
-		n.log.Info("fallback fraction grown", "member", m.ID, "fraction", target)
-	}
-	return nil
-}
-
-func (n *Node) applyMember(m fsm.Member) (uint64, error) {
-	return n.commit(&fsm.UpsertMember{Member: m}, 5*time.Second)
 }

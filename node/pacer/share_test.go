@@ -1,4 +1,4 @@
-package node
+package pacer
 
 import (
 	"context"
@@ -9,20 +9,21 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/shares"
 	"github.com/raftpace/raftpace/node/wire"
 )
 
 // sharedPacer is a leading pacer for one slow key ("k", 2/s, burst 1)
 // whose F comes from shares held by three members, all on one fake clock.
-func sharedPacer(t *testing.T) (*pacer, *shares, *testClock) {
+func sharedPacer(t *testing.T) (*Pacer, *shares.Shares, *testClock) {
 	t.Helper()
 	lim := fsm.Limit{Rate: 2, Burst: 1}
 	clock := &testClock{}
 	clock.Store(1e12)
 	p := leadingPacer(t, clock.Load, lim, 20*time.Millisecond)
-	s := newShares(clock.Load, 2*time.Second)
-	s.lead(threeMembers())
-	p.shares = s
+	s := shares.New(clock.Load, 2*time.Second)
+	s.Lead([]fsm.Member{{ID: "a", Fraction: 1.0 / 3}, {ID: "b", Fraction: 1.0 / 3}, {ID: "c", Fraction: 1.0 / 3}})
+	p.Shares = s
 	return p, s, clock
 }
 
@@ -30,9 +31,9 @@ func sharedPacer(t *testing.T) (*pacer, *shares, *testClock) {
 // moves it.
 type testClock struct{ atomic.Int64 }
 
-func renewAll(s *shares, now int64) {
+func renewAll(s *shares.Shares, now int64) {
 	for _, id := range []string{"a", "b", "c"} {
-		s.renewed(id, now, now, wire.ShareAnswer{Fraction: 1.0 / 3})
+		s.Renewed(id, now, now, wire.ShareAnswer{Fraction: 1.0 / 3})
 	}
 }
 
@@ -46,7 +47,7 @@ func TestPacer_SlotPastTheShareWaitsForTheRound(t *testing.T) {
 	renewAll(s, clock.Load())
 	// Queue the key 1.5 s deep: slots at +0, +0.5, +1.0; TAT at +1.5 s.
 	for i := range 3 {
-		l, err := p.lease(context.Background(), nil, "k", "m", 1, time.Minute)
+		l, err := p.Lease(context.Background(), nil, "k", "m", 1, time.Minute)
 		if err != nil || l.Count != 1 || l.Held != 0 {
 			t.Fatalf("lease %d = %+v, %v", i, l, err)
 		}
@@ -59,7 +60,7 @@ func TestPacer_SlotPastTheShareWaitsForTheRound(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		l, err := p.lease(context.Background(), nil, "k", "m", 1, time.Minute)
+		l, err := p.Lease(context.Background(), nil, "k", "m", 1, time.Minute)
 		got <- result{l, err}
 	}()
 	select {
@@ -70,15 +71,15 @@ func TestPacer_SlotPastTheShareWaitsForTheRound(t *testing.T) {
 	// 300 ms later one member renews; the round is not over, and F past
 	// the reach of the other two would be 1/3: still waiting.
 	clock.Add(int64(300 * time.Millisecond))
-	s.renewed("a", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1.0 / 3})
+	s.Renewed("a", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1.0 / 3})
 	select {
 	case r := <-got:
 		t.Fatalf("a lease was granted in the middle of a renewal round: %+v, %v", r.l, r.err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	s.renewed("b", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1.0 / 3})
-	s.renewed("c", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1.0 / 3})
-	s.roundDone()
+	s.Renewed("b", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1.0 / 3})
+	s.Renewed("c", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1.0 / 3})
+	s.RoundDone()
 	var r result
 	select {
 	case r = <-got:
@@ -106,29 +107,29 @@ func TestPacer_ShareWaitIsBounded(t *testing.T) {
 	p, s, clock := sharedPacer(t)
 	renewAll(s, clock.Load())
 	for range 3 {
-		if _, err := p.lease(context.Background(), nil, "k", "m", 1, time.Minute); err != nil {
+		if _, err := p.Lease(context.Background(), nil, "k", "m", 1, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
 	begin := time.Now()
-	_, err := p.lease(context.Background(), nil, "k", "m", 1, time.Second)
+	_, err := p.Lease(context.Background(), nil, "k", "m", 1, time.Second)
 	var le *raftpace.LimitExceededError
 	if !errors.As(err, &le) || time.Since(begin) > 100*time.Millisecond {
 		t.Fatalf("a slot 1.5 s away with a 1 s maximum wait: %v after %v; want limit exceeded at once", err, time.Since(begin))
 	}
 	begin = time.Now()
-	_, err = p.lease(context.Background(), nil, "k", "m", 1, time.Minute)
-	if !errors.Is(err, errNoShare) {
+	_, err = p.Lease(context.Background(), nil, "k", "m", 1, time.Minute)
+	if !errors.Is(err, ErrNoShare) {
 		t.Fatalf("no renewal within the hold: %v, want errNoShare", err)
 	}
-	if took := time.Since(begin); took < maxHold/2 {
-		t.Fatalf("answered after %v, want a wait of about maxHold (%v)", took, maxHold)
+	if took := time.Since(begin); took < MaxHold/2 {
+		t.Fatalf("answered after %v, want a wait of about maxHold (%v)", took, MaxHold)
 	}
 	// Nothing was consumed by the refusals: after a renewal 100 ms later
 	// the slot is the next one, at +1.5 s.
 	clock.Add(int64(100 * time.Millisecond))
 	renewAll(s, clock.Load())
-	l, err := p.lease(context.Background(), nil, "k", "m", 1, time.Minute)
+	l, err := p.Lease(context.Background(), nil, "k", "m", 1, time.Minute)
 	if err != nil || l.Base != int64(1400*time.Millisecond) {
 		t.Fatalf("after the refusals: %+v, %v; want the slot 1.4s after the grant", l, err)
 	}
@@ -150,7 +151,7 @@ func TestPacer_HorizonWaitDoesNotCountAgainstMaxWait(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		w, h, err := p.reserve(context.Background(), nil, "k", 1, 0)
+		w, h, err := p.Reserve(context.Background(), nil, "k", 1, 0)
 		got <- result{w, h, err}
 	}()
 	time.Sleep(20 * time.Millisecond)

@@ -1,0 +1,293 @@
+package pacer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/gcra"
+	"github.com/raftpace/raftpace/node/wire"
+)
+
+// ErrNoShare: the leader holds no part of the rate for the slots asked
+// (no share renewed yet, or not that far ahead); the caller retries.
+var ErrNoShare = errors.New("node: leader holds no share of the rate yet")
+
+// MaxHold bounds how long the pacer holds one request waiting for its
+// share to reach its first slot; then it answers "retry". It is below
+// every caller's own bound on a call to the leader (leaderCallTimeout:
+// 500ms more), so a slot is never granted to a caller that already gave
+// up on it.
+const MaxHold = time.Second
+
+// scaled returns the key's GCRA parameters for slots in [a, b]: the rate
+// and burst scaled by the fraction F the leader holds there.
+func (p *Pacer) scaled(ks *keyState, a, b int64) (gcra.Params, bool) {
+	F := 1.0
+	if p.Shares != nil {
+		F = p.Shares.Fraction(a, b)
+	}
+	if F <= 0 {
+		return gcra.Params{}, false
+	}
+	if F >= 1 {
+		return ks.params, true
+	}
+	interval := math.Ceil(float64(ks.params.Interval) / F)
+	if interval > float64(fsm.MaxHorizonAhead) {
+		// A sliver of the rate: no slot of it fits any horizon (and the
+		// interval would overflow int64 as F nears 0).
+		return gcra.Params{}, false
+	}
+	burst := max(1, int(math.Floor(F*float64(ks.limit.Burst))))
+	return gcra.NewParams(int64(interval), burst), true
+}
+
+// hold is one request's stay in the pacer: it may wait for its key's
+// horizon (a commit: milliseconds, at most maxHorizonHold) or for its
+// share to reach its first slot (at most maxHold, and not past the caller's
+// maximum wait), and reports how long it was held: the grant is at least
+// that long after the caller sent the request, which the caller counts in
+// the slots' use-by (a grant held on the leader is not a late grant). As
+// with the network's delay, the time held does not count against the
+// caller's maximum wait: a zero-wait reservation that waited 3 ms for a
+// horizon commit still gets the slot free at the grant.
+type hold struct {
+	entry, share, horizon int64 // entry time and the two deadlines
+}
+
+// maxHorizonHold bounds a wait for a horizon commit; like maxHold it is
+// below the caller's bound on a leader call (leaderCallTimeout: 500ms at
+// least).
+const maxHorizonHold = 400 * time.Millisecond
+
+func (p *Pacer) newHold(maxWait time.Duration) hold {
+	now := p.now()
+	return hold{entry: now, share: now + int64(min(max(maxWait, 0), MaxHold)), horizon: now + int64(maxHorizonHold)}
+}
+
+// wait blocks until ch is closed, deadline passes (retry: the caller
+// asks again), ctx ends or the node closes. why names what it waited for.
+func (p *Pacer) wait(deadline int64, ch <-chan struct{}, ctx context.Context, done <-chan struct{}, key, why string, retry error) error {
+	left := deadline - p.now()
+	if left <= 0 {
+		return retry
+	}
+	t := time.NewTimer(time.Duration(left))
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return retry
+	case <-ctx.Done():
+		return fmt.Errorf("node: %q: waiting for %s: %w", key, why, ctx.Err())
+	case <-done:
+		return raftpace.ErrClosed
+	}
+}
+
+// ShareSource is what the pacer needs of the shares: F for slots in
+// [a, b], and a channel closed when their reach may have moved (a renewal
+// round ended).
+type ShareSource interface {
+	Fraction(a, b int64) float64
+	Changes() <-chan struct{}
+}
+
+// shareWait returns the channel a request waits on for its share, or nil
+// (no shares: F is always 1).
+func (p *Pacer) shareWait() <-chan struct{} {
+	if p.Shares == nil {
+		return nil
+	}
+	return p.Shares.Changes()
+}
+
+// awaitShare takes a request whose first slot (at tatp) lies past the
+// shares' reach; p.mu is held and released here. A slot past the caller's
+// maximum wait is refused at once (at the full rate it comes soonest);
+// otherwise the request waits for ch (read before F, so a round that ended
+// since is not missed) until the hold's deadline. nil: ask again.
+func (p *Pacer) awaitShare(ks *keyState, key string, now, tatp int64, maxWait time.Duration, h hold, ch <-chan struct{}, ctx context.Context, done <-chan struct{}) error {
+	first := tatp - ks.params.Tolerance - now
+	p.mu.Unlock()
+	if time.Duration(first) > maxWait {
+		return &raftpace.LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
+	}
+	if ch == nil {
+		return ErrNoShare
+	}
+	return p.wait(h.share, ch, ctx, done, key, "its share", ErrNoShare)
+}
+
+// Reserve grants count events of key, waiting at most maxWait for them. It
+// returns the wait measured from the moment of the grant, and how long the
+// request was held before it (see hold). It blocks only while the key's
+// horizon is being extended or its share does not reach the slots yet.
+func (p *Pacer) Reserve(ctx context.Context, done <-chan struct{}, key string, count int, maxWait time.Duration) (wait, held time.Duration, err error) {
+	h := p.newHold(maxWait)
+	for {
+		p.mu.Lock()
+		if !p.leading {
+			p.mu.Unlock()
+			return 0, 0, wire.ErrNotLeader
+		}
+		ks := p.keys[key]
+		if ks == nil || !ks.hasLimit {
+			p.mu.Unlock()
+			return 0, 0, fmt.Errorf("node: reserve %q: %w", key, raftpace.ErrUnknownKey)
+		}
+		shareCh := p.shareWait() // before F is read: see awaitShare
+		now := p.now()
+		params, ok := p.scaled(ks, now, now)
+		var start, newTAT int64
+		if ok {
+			start, newTAT, err = gcra.Reserve(ks.tat, params, now, count)
+			var later gcra.Params
+			if later, ok = p.scaled(ks, now, newTAT); err == nil && ok && later != params {
+				start, newTAT, err = gcra.Reserve(ks.tat, later, now, count)
+			}
+		}
+		if !ok {
+			if err := p.awaitShare(ks, key, now, max(now, ks.tat), maxWait, h, shareCh, ctx, done); err != nil {
+				return 0, 0, err
+			}
+			continue
+		}
+		if err != nil {
+			p.mu.Unlock()
+			return 0, 0, fmt.Errorf("node: reserve %q: %w: %w", key, raftpace.ErrInvalidRequest, err)
+		}
+		wait := time.Duration(start - now)
+		if wait > maxWait || newTAT-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
+			p.mu.Unlock()
+			return 0, 0, &raftpace.LimitExceededError{Key: key, Wait: wait, MaxWait: maxWait}
+		}
+		ks.demand = now
+		if newTAT <= ks.horizon {
+			ks.tat = newTAT
+			if ks.horizon-newTAT < p.ahead/2 {
+				p.Kick()
+			}
+			p.mu.Unlock()
+			p.Granted(key, count)
+			return wait, time.Duration(now - h.entry), nil
+		}
+		if newTAT > ks.need {
+			ks.need = newTAT
+		}
+		ch := ks.changed
+		p.mu.Unlock()
+		p.Kick()
+		if err := p.wait(h.horizon, ch, ctx, done, key, "its horizon", wire.ErrRetry); err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
+// Lease grants holder up to count single-event slots of key. It is GCRA in
+// closed form, so its cost does not depend on count: reserving the slots
+// one by one at one instant gives slot i at max(now, TAT' + i*T - tau) with
+// TAT' = max(now, TAT), and leaves TAT at TAT' + count*T.
+//
+// The count is capped: at most one LeaseSpan of slots at the full rate
+// (plus what the burst allows at once), and one slot if holder already
+// holds slots more than two spans ahead. So at rates below one slot per
+// span every Lease is one slot and nobody sits on slots others wait for;
+// at high rates nodes with demand get blocks in turn. A Lease is cut to fit
+// under the committed horizon; if not even one slot fits, it waits for the
+// extension.
+func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder string, count int, maxWait time.Duration) (wire.Lease, error) {
+	if count < 1 {
+		count = 1
+	}
+	h := p.newHold(maxWait)
+	for {
+		p.mu.Lock()
+		if !p.leading {
+			p.mu.Unlock()
+			return wire.Lease{}, wire.ErrNotLeader
+		}
+		ks := p.keys[key]
+		if ks == nil || !ks.hasLimit {
+			p.mu.Unlock()
+			return wire.Lease{}, fmt.Errorf("node: lease %q: %w", key, raftpace.ErrUnknownKey)
+		}
+		shareCh := p.shareWait() // before F is read: see awaitShare
+		now := p.now()
+		tatp := max(now, ks.tat)
+		params, ok := p.scaled(ks, now, now)
+		if ok {
+			// Scale for the first slot; a lease of several slots is cut
+			// below to those the share reaches.
+			params, ok = p.scaled(ks, now, tatp+params.Interval)
+		}
+		if !ok {
+			// Not even the first slot is in the share's reach (a slow
+			// key's queue runs further ahead than the last renewal's
+			// promise): wait for the next renewal instead of having the
+			// caller poll.
+			if err := p.awaitShare(ks, key, now, tatp, maxWait, h, shareCh, ctx, done); err != nil {
+				return wire.Lease{}, err
+			}
+			continue
+		}
+		T, tau := params.Interval, params.Tolerance
+		base := tatp - tau - now
+		first := max(0, base)
+		if time.Duration(first) > maxWait || tatp+T-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
+			p.mu.Unlock()
+			return wire.Lease{}, &raftpace.LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
+		}
+		// Slots at once (burst left) plus one span at the full rate.
+		limit := int64(1)
+		if base < 0 {
+			limit += (-base) / T
+		}
+		limit += p.span / T
+		if ks.held[holder]-now > 2*p.span {
+			limit = 1
+		}
+		n := min(int64(count), limit)
+		if fit := (ks.horizon - tatp) / T; fit < n {
+			n = fit
+		}
+		// Every slot must be paced at this F: cut the lease where the
+		// share's reach (or F) changes rather than refuse it.
+		for n > 1 {
+			if later, ok := p.scaled(ks, now, tatp+n*T); ok && later == params {
+				break
+			}
+			n /= 2
+		}
+		ks.demand = now
+		if n >= 1 {
+			ks.tat = tatp + n*T
+			l := wire.Lease{Base: base, Spacing: T, Count: int(n), Held: now - h.entry}
+			if ks.held == nil {
+				ks.held = make(map[string]int64)
+			}
+			ks.held[holder] = now + l.Slot(l.Count-1)
+			if ks.horizon-ks.tat < p.ahead/2 {
+				p.Kick()
+			}
+			p.mu.Unlock()
+			p.Granted(key, l.Count)
+			return l, nil
+		}
+		if tatp+T > ks.need {
+			ks.need = tatp + T
+		}
+		ch := ks.changed
+		p.mu.Unlock()
+		p.Kick()
+		if err := p.wait(h.horizon, ch, ctx, done, key, "its horizon", wire.ErrRetry); err != nil {
+			return wire.Lease{}, err
+		}
+	}
+}

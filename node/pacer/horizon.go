@@ -1,0 +1,137 @@
+package pacer
+
+import (
+	"sort"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+)
+
+// maxExtendBatch bounds the keys one horizon entry carries.
+const maxExtendBatch = 1024
+
+// Extension is one batch of horizon extensions prepared under the lock.
+type Extension struct {
+	gen     uint64
+	Cmd     fsm.ExtendHorizons
+	targets map[string]int64 // key -> new local horizon (proposal time + Ahead)
+}
+
+// Collect chooses the keys whose horizon should move: those a request is
+// waiting on, and those with recent demand whose horizon is less than half
+// the look-ahead away. The Ahead of each entry is measured from now, which is
+// taken before the entry is proposed, so the leader's own horizon is the
+// earliest any node computes for the entry.
+func (p *Pacer) Collect() (Extension, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.leading {
+		return Extension{}, false
+	}
+	now := p.now()
+	ext := Extension{gen: p.gen, targets: make(map[string]int64)}
+	keys := make([]string, 0, len(p.keys))
+	for key := range p.keys {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		ks := p.keys[key]
+		if !ks.hasLimit {
+			continue
+		}
+		base := max(now, ks.tat)
+		waiting := ks.need > ks.horizon
+		active := now-ks.demand < 2*p.ahead && ks.demand != 0
+		if !waiting && !(active && ks.horizon-base < p.ahead/2) {
+			continue
+		}
+		target := max(base, ks.need) + p.ahead
+		target = max(target, ks.horizon)
+		ahead := target - now
+		if ahead > int64(fsm.MaxHorizonAhead) {
+			ahead = int64(fsm.MaxHorizonAhead)
+			target = now + ahead
+		}
+		if ahead <= 0 {
+			continue
+		}
+		ext.Cmd.Entries = append(ext.Cmd.Entries, fsm.HorizonEntry{Key: key, Ahead: time.Duration(ahead)})
+		ext.targets[key] = target
+		if len(ext.Cmd.Entries) == maxExtendBatch {
+			break
+		}
+	}
+	return ext, len(ext.Cmd.Entries) > 0
+}
+
+// Cursors returns, for a leader about to hand over (it has stopped
+// granting: stepDown), every key's exact cursor as horizon entries: Ahead
+// is the key's TAT minus now (at least 1ns), measured from before the
+// entries are proposed. Committed, they cover every slot this leader
+// granted, so its successor starts each key where this leader stopped
+// instead of up to HorizonAhead later (DESIGN.md, "Hand-over").
+func (p *Pacer) Cursors() []fsm.ExtendHorizons {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	keys := make([]string, 0, len(p.keys))
+	for key, ks := range p.keys {
+		if _, tracked := p.tracked(key); tracked || ks.tat > 0 {
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	var out []fsm.ExtendHorizons
+	for i, key := range keys {
+		if i%maxExtendBatch == 0 {
+			out = append(out, fsm.ExtendHorizons{})
+		}
+		ahead := min(max(p.keys[key].tat-now, 1), int64(fsm.MaxHorizonAhead))
+		last := &out[len(out)-1]
+		last.Entries = append(last.Entries, fsm.HorizonEntry{Key: key, Ahead: time.Duration(ahead)})
+	}
+	return out
+}
+
+// Committed installs the horizons of a Committed extension, unless
+// leadership changed meanwhile.
+func (p *Pacer) Committed(ext Extension) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ext.gen != p.gen || !p.leading {
+		return
+	}
+	for key, target := range ext.targets {
+		ks := p.keys[key]
+		if ks == nil {
+			continue
+		}
+		if target > ks.horizon {
+			ks.horizon = target
+		}
+		ks.wake()
+	}
+}
+
+// snapshot lists the pacer's View of each key, for status.
+func (p *Pacer) View() map[string]KeyView {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	out := make(map[string]KeyView, len(p.keys))
+	for key, ks := range p.keys {
+		v := KeyView{}
+		if p.leading {
+			v.HorizonIn = time.Duration(ks.horizon - now)
+			v.Backlog = time.Duration(max(0, ks.tat-now))
+		}
+		out[key] = v
+	}
+	return out
+}
+
+type KeyView struct {
+	HorizonIn time.Duration // committed horizon minus now (leader only)
+	Backlog   time.Duration // TAT minus now, the queue ahead of a new request
+}

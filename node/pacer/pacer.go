@@ -1,0 +1,189 @@
+// Package pacer is the leader's in-memory GCRA pacer: it grants events
+// and leases (runs of slots) of each key at the key's rate scaled by F,
+// the part of the rate the leader holds (a ShareSource), and only slots
+// whose TAT stays under the key's committed horizon. It chooses the
+// horizons to extend (Collect) and the exact cursors to hand over
+// (Cursors); committing them through raft is the caller's.
+//
+// It owns no goroutine, network or raft: time comes from a now function
+// and every method can be driven by a fake clock (the tests do). Files:
+// pacer.go (state, leadership, limits), grant.go (Reserve, Lease and the
+// holds for a horizon or a share), horizon.go (extensions, cursors, views).
+package pacer
+
+import (
+	"sync"
+	"time"
+
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/gcra"
+)
+
+// Pacer is the leader's in-memory GCRA pacer. It grants only slots whose TAT
+// stays at or below the key's committed horizon, and keeps horizons
+// committed ahead of need through raft in batches (one entry, many keys).
+//
+// A key's horizon bounds its TAT, not its slot start times: a leader that
+// starts at TAT = inherited horizon continues a GCRA sequence at least as
+// conservative as the old leader's, so the union of both leaders' grants is
+// itself a conforming sequence and the R*W+B ceiling holds across the change.
+type Pacer struct {
+	now   func() int64
+	ahead int64
+	span  int64 // LeaseSpan: the most time one lease covers
+	Fresh bool  // Unsafe.FreshStart: see Config
+	// Shares gives F, the part of each key's rate this leader may grant
+	// (package shares). nil means F = 1 always.
+	Shares  ShareSource
+	tracked func(key string) (int64, bool) // the fsm adapter's local horizons
+	limits  func() map[string]fsm.Limit
+	// Granted is told of every grant (outside mu), for the history.
+	Granted func(key string, count int)
+
+	mu      sync.Mutex
+	leading bool
+	gen     uint64 // bumped at every leadership change; stale work is dropped
+	keys    map[string]*keyState
+	kicks   chan struct{}
+}
+
+type keyState struct {
+	limit    fsm.Limit
+	params   gcra.Params
+	hasLimit bool
+	tat      int64
+	horizon  int64 // committed horizon, valid for the current generation only
+	need     int64 // highest TAT a waiting request needs
+	demand   int64 // time of the last request
+	changed  chan struct{}
+	// held is, per node, the time of the last slot leased to it (this
+	// leadership only): a node already holding slots more than two spans
+	// ahead gets no multi-slot lease, so it cannot hoard the rate.
+	held map[string]int64
+}
+
+func New(now func() int64, ahead, span time.Duration, tracked func(string) (int64, bool), limits func() map[string]fsm.Limit) *Pacer {
+	return &Pacer{
+		now:     now,
+		ahead:   int64(ahead),
+		span:    int64(span),
+		tracked: tracked,
+		limits:  limits,
+		keys:    make(map[string]*keyState),
+		kicks:   make(chan struct{}, 1),
+		Granted: func(string, int) {},
+	}
+}
+
+// Kicks is where the extender waits: a request is waiting on a horizon.
+func (p *Pacer) Kicks() <-chan struct{} { return p.kicks }
+
+func (p *Pacer) Kick() {
+	select {
+	case p.kicks <- struct{}{}:
+	default:
+	}
+}
+
+// wake releases every waiter so it re-reads the state.
+func (ks *keyState) wake() {
+	close(ks.changed)
+	ks.changed = make(chan struct{})
+}
+
+func (p *Pacer) keyLocked(key string) *keyState {
+	ks := p.keys[key]
+	if ks == nil {
+		ks = &keyState{changed: make(chan struct{})}
+		if h, ok := p.tracked(key); ok {
+			ks.tat = h
+		}
+		ks.horizon = ks.tat
+		p.keys[key] = ks
+	}
+	return ks
+}
+
+// SetLimit follows a committed limit change (from the fsm adapter).
+func (p *Pacer) SetLimit(key string, lim fsm.Limit, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ks := p.keyLocked(key)
+	ks.hasLimit = ok
+	if ok {
+		ks.limit = lim
+		ks.params = gcra.NewParams(int64(lim.Interval()), lim.Burst)
+	}
+	ks.wake()
+}
+
+// Reset reloads every limit after a snapshot restore.
+func (p *Pacer) Reset() {
+	lims := p.limits()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key, ks := range p.keys {
+		if _, ok := lims[key]; !ok {
+			ks.hasLimit = false
+			ks.wake()
+		}
+	}
+	for key, lim := range lims {
+		ks := p.keyLocked(key)
+		ks.hasLimit = true
+		ks.limit = lim
+		ks.params = gcra.NewParams(int64(lim.Interval()), lim.Burst)
+		ks.wake()
+	}
+}
+
+// StepDown stops granting at once and wakes every waiter so it forwards.
+func (p *Pacer) StepDown() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.leading = false
+	p.gen++
+	for _, ks := range p.keys {
+		ks.wake()
+	}
+	return p.gen
+}
+
+// Lead starts granting for generation gen, once raft's barrier has applied
+// every earlier entry: each key starts at the horizon this node measured for
+// it, so nothing overlaps what an earlier leader may have granted.
+func (p *Pacer) Lead(gen uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if gen != p.gen {
+		return false
+	}
+	for key, ks := range p.keys {
+		if h, ok := p.tracked(key); ok && h > ks.tat {
+			ks.tat = h
+		}
+		if p.Fresh {
+			ks.tat = p.now()
+		}
+		// Nothing may be granted until this leader commits its own extension.
+		ks.horizon = ks.tat
+		ks.need = 0
+		ks.held = nil
+	}
+	p.leading = true
+	p.Kick()
+	return true
+}
+
+// SameGen reports whether no leadership change happened since gen.
+func (p *Pacer) SameGen(gen uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen == gen
+}
+
+func (p *Pacer) IsLeading() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.leading
+}
