@@ -1,122 +1,182 @@
 package bench
 
 import (
-	"math"
-	"math/bits"
-	"sync/atomic"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
+
+	"github.com/raftpace/raftpace/bench/report"
+	"github.com/raftpace/raftpace/client"
 )
 
-// Histogram counts durations in log-linear buckets: exact below 64ns, then
-// 64 buckets per power of two, so a percentile read from it is within
-// 1/64 (1.6%) of the true value. The zero value is ready to use; Record is
-// safe for concurrent use (atomic adds, no lock). Callers that record at
-// millions per second each keep their own and Merge them at the end, so
-// that they do not contend for its cache lines.
-type Histogram struct {
-	counts [histBuckets]atomic.Uint64
-	n      atomic.Uint64
-	sum    atomic.Uint64 // ns; overflows only after 584 years of latency
-	max    atomic.Int64
-}
+// ---- raftpace latency -------------------------------------------------------
 
-const (
-	histSubBits = 6
-	histSub     = 1 << histSubBits // buckets per power of two
-	// histMaxExp covers values up to 2^(histMaxExp+histSubBits) ns, about
-	// 19 hours; larger values land in the last bucket.
-	histMaxExp  = 40
-	histBuckets = (histMaxExp + 1) * histSub
-)
+func latKey(id string, callers int) string { return fmt.Sprintf("lat-%s-%d", id, callers) }
+func tputKey(id string) string             { return "tput-" + id }
 
-// histIndex maps a value in ns to its bucket.
-func histIndex(v int64) int {
-	if v < histSub {
-		return int(max(v, 0))
+// raftpaceLatency is one 3-agent cluster, with or without leases, in which
+// every agent has a load per configuration (its own keys); a key's load
+// starts when the bench sets its limit and stops after the latency
+// duration, so one configuration runs at a time without restarting the
+// cluster.
+func (r *runner) raftpaceLatency(leases bool) group {
+	var c *cluster
+	var leader *agentProc
+	var followers []*agentProc
+	name := "raftpace cluster (leases)"
+	suffix := ""
+	if !leases {
+		name, suffix = "raftpace cluster (--no-leases)", "-noleases"
 	}
-	e := bits.Len64(uint64(v)) - histSubBits - 1 // v >> e is in [64, 128)
-	if e >= histMaxExp {
-		return histBuckets - 1
+	g := group{name: name}
+	g.setup = func(ctx context.Context) error {
+		dir := filepath.Join(r.dir, "raftpace-latency"+suffix)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		var err error
+		c, err = startCluster(ctx, r.cfg.Binary, clusterSpec{dir: dir, size: 3, args: func(i int, id string) []string {
+			args := []string{"--load-duration", r.plan.latency.String()}
+			for _, n := range r.plan.callers {
+				args = append(args, "--load", fmt.Sprintf("%s:%d", latKey(id, n), n))
+			}
+			if leases {
+				args = append(args, "--load", tputKey(id)+":16")
+			} else {
+				args = append(args, "--no-leases")
+			}
+			return args
+		}})
+		if err != nil {
+			return err
+		}
+		leader, followers, err = c.roles(ctx)
+		return err
 	}
-	return (e+1)*histSub + int(v>>e) - histSub
-}
-
-// histBounds returns the smallest value of bucket i and its width.
-func histBounds(i int) (low, width int64) {
-	if i < histSub {
-		return int64(i), 1
+	g.teardown = func() error {
+		if c == nil {
+			return nil
+		}
+		return c.stop()
 	}
-	e := i/histSub - 1
-	return int64(i%histSub+histSub) << e, 1 << e
-}
-
-// Record counts one duration.
-func (h *Histogram) Record(d time.Duration) {
-	v := int64(d)
-	h.counts[histIndex(v)].Add(1)
-	h.n.Add(1)
-	if v > 0 {
-		h.sum.Add(uint64(v))
+	where := []string{"leader", "follower"}
+	if !leases && !r.plan.noLeaseLdr {
+		where = []string{"follower"}
 	}
-	for {
-		m := h.max.Load()
-		if v <= m || h.max.CompareAndSwap(m, v) {
-			return
+	for _, w := range where {
+		id := "raftpace-" + w + suffix
+		for _, n := range r.plan.callers {
+			label := fmt.Sprintf("%s, %s", report.RowLabel(id), report.CallersLabel(n))
+			g.steps = append(g.steps, step{label: label, run: func(ctx context.Context) (string, error) {
+				a := leader
+				if w == "follower" {
+					a = followers[0]
+				}
+				kl, err := r.agentLatency(ctx, c, a, latKey(a.id, n))
+				if err != nil {
+					return "", err
+				}
+				r.rep.Row(id).Set(n, kl)
+				return report.LatencySummary(kl), nil
+			}})
 		}
 	}
+	if leases {
+		g.steps = append(g.steps, step{label: "raftpace, 2 followers x 16 callers, leader's lease throughput", run: func(ctx context.Context) (string, error) {
+			return r.throughput(ctx, c, leader, followers)
+		}})
+	}
+	return g
 }
 
-// Merge adds o's counts to h. It is meant for summing the shards of a
-// measurement once they are no longer recorded to.
-func (h *Histogram) Merge(o *Histogram) {
-	for i := range o.counts {
-		if c := o.counts[i].Load(); c != 0 {
-			h.counts[i].Add(c)
-		}
+// agentLatency sets key's limit to the unlimited rate and returns the
+// agent's figures once the key's load has ended.
+func (r *runner) agentLatency(ctx context.Context, c *cluster, a *agentProc, key string) (*KeyLoad, error) {
+	if err := c.setLimit(ctx, key, client.Limit{Rate: unlimitedRate, Burst: unlimitedBurst}); err != nil {
+		return nil, err
 	}
-	h.n.Add(o.n.Load())
-	h.sum.Add(o.sum.Load())
-	for {
-		m, om := h.max.Load(), o.max.Load()
-		if om <= m || h.max.CompareAndSwap(m, om) {
-			return
-		}
-	}
+	return waitKeyDone(ctx, a.proc, a.report, key, r.plan.latency+30*time.Second)
 }
 
-// Count returns the number of durations recorded.
-func (h *Histogram) Count() uint64 { return h.n.Load() }
-
-// Mean returns the mean duration, 0 when empty.
-func (h *Histogram) Mean() time.Duration {
-	n := h.n.Load()
-	if n == 0 {
-		return 0
+// throughput loads both followers at the unlimited rate and measures the
+// slots they are granted through leases per second and the leader's CPU.
+func (r *runner) throughput(ctx context.Context, c *cluster, leader *agentProc, followers []*agentProc) (string, error) {
+	before, err := c.stats(ctx)
+	if err != nil {
+		return "", err
 	}
-	return time.Duration(h.sum.Load() / n)
-}
-
-// Max returns the largest duration recorded.
-func (h *Histogram) Max() time.Duration { return time.Duration(h.max.Load()) }
-
-// Quantile returns the q-quantile (0 < q <= 1) by the nearest-rank rule:
-// the value of rank ceil(q*n) in sorted order, read as the middle of its
-// bucket (exact below 64ns) and never above the largest value recorded.
-// It returns 0 when the histogram is empty.
-func (h *Histogram) Quantile(q float64) time.Duration {
-	n := h.n.Load()
-	if n == 0 {
-		return 0
+	cpu0, err := cpuTime(leader.pid())
+	if err != nil {
+		return "", err
 	}
-	rank := uint64(math.Ceil(q * float64(n)))
-	rank = min(max(rank, 1), n)
-	var seen uint64
-	for i := range h.counts {
-		seen += h.counts[i].Load()
-		if seen >= rank {
-			low, width := histBounds(i)
-			return time.Duration(min(low+width/2, h.max.Load()))
+	t0 := time.Now()
+	for _, f := range followers {
+		if err := c.setLimit(ctx, tputKey(f.id), client.Limit{Rate: unlimitedRate, Burst: unlimitedBurst}); err != nil {
+			return "", err
 		}
 	}
-	return h.Max() // counts raced ahead of n: the last value is the max
+	tp := &report.Throughput{Leader: leader.id}
+	for _, f := range followers {
+		kl, err := waitKeyDone(ctx, f.proc, f.report, tputKey(f.id), r.plan.latency+30*time.Second)
+		if err != nil {
+			return "", err
+		}
+		tp.Callers += kl.Concurrency
+		tp.Followers++
+		tp.SlotsPerSec += float64(kl.Admitted) / kl.Seconds()
+	}
+	cpu1, err := cpuTime(leader.pid())
+	if err != nil {
+		return "", err
+	}
+	wall := time.Since(t0)
+	after, err := c.stats(ctx)
+	if err != nil {
+		return "", err
+	}
+	var leased, leases uint64
+	for _, f := range followers {
+		leased += after[f.id].LeasedSlots - before[f.id].LeasedSlots
+		leases += after[f.id].Leases - before[f.id].Leases
+	}
+	tp.LeasedSlotsPerSec = float64(leased) / wall.Seconds()
+	tp.LeasesPerSec = float64(leases) / wall.Seconds()
+	tp.LeaderCPU = float64(cpu1-cpu0) / float64(wall)
+	tp.Seconds = wall.Seconds()
+	r.rep.Throughput = tp
+	return fmt.Sprintf("%s slots/s used, %s leased/s in %s leases/s; leader CPU %.0f%% of a core",
+		report.FormatCount(tp.SlotsPerSec), report.FormatCount(tp.LeasedSlotsPerSec), report.FormatCount(tp.LeasesPerSec), 100*tp.LeaderCPU), nil
+}
+
+// ---- worker latency ---------------------------------------------------------
+
+// workerLatency runs one bench-worker process per caller count at the
+// unlimited rate.
+func (r *runner) workerLatency(name string) group {
+	g := group{name: name}
+	for _, n := range r.plan.callers {
+		g.steps = append(g.steps, step{label: fmt.Sprintf("%s, %s", report.RowLabel(name), report.CallersLabel(n)), run: func(ctx context.Context) (string, error) {
+			key := fmt.Sprintf("%s-lat-%d", r.runID, n)
+			dir := filepath.Join(r.dir, name+"-latency-"+strconv.Itoa(n))
+			ws, err := r.startWorkers(ctx, dir, name, 1, client.Limit{Rate: unlimitedRate, Burst: unlimitedBurst},
+				[]string{"--load", fmt.Sprintf("%s:%d", key, n), "--load-duration", r.plan.latency.String()}, false)
+			if err != nil {
+				return "", err
+			}
+			reps, err := waitWorkers(ctx, ws, r.plan.latency+60*time.Second)
+			if err != nil {
+				return "", err
+			}
+			kl := reps[0].Keys[key]
+			if kl == nil {
+				return "", fmt.Errorf("%s: no figures for %s", name, key)
+			}
+			r.rep.Row(name).Set(n, kl)
+			return report.LatencySummary(kl), nil
+		}})
+	}
+	return g
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/raftpace/raftpace/bench/report"
 	"github.com/raftpace/raftpace/client"
 	"github.com/raftpace/raftpace/internal/timeline"
 )
@@ -63,7 +64,7 @@ func manyKeysArgs(keys []string, policy string, d time.Duration) []string {
 // closed-loop worker on each of n keys at manyKeysLimit, waits for the
 // loads to end and checks each key's merged timeline.
 func (r *runner) manyKeys(n int) step {
-	label := fmt.Sprintf("raftpace, %s keys at %s/s each, %d processes", fmtRate(float64(n)), fmtRate(manyKeysLimit.Rate), ceilingProcs)
+	label := fmt.Sprintf("raftpace, %s keys at %s/s each, %d processes", report.FormatRate(float64(n)), report.FormatRate(manyKeysLimit.Rate), ceilingProcs)
 	return step{label: label, run: func(ctx context.Context) (string, error) {
 		dir := filepath.Join(r.dir, fmt.Sprintf("raftpace-keys-%d", n))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -104,7 +105,7 @@ func (r *runner) manyKeys(n int) step {
 		res := analyzeManyKeys(events, keys, manyKeysLimit, reps)
 		res.Processes = len(c.agents)
 		r.rep.ManyKeys = append(r.rep.ManyKeys, res)
-		return manyKeysSummary(res), nil
+		return res.Summary(), nil
 	}}
 }
 
@@ -112,8 +113,8 @@ func (r *runner) manyKeys(n int) step {
 // for all keys (from a second after the last key's load started on any
 // agent to when the first stopped), so that the aggregate is over the same
 // seconds for every key; each key's windows are checked over the whole run.
-func analyzeManyKeys(events []timeline.Event, keys []string, lim client.Limit, reps []*LoadReport) *ManyKeysResult {
-	res := &ManyKeysResult{Keys: len(keys), Rate: lim.Rate, Burst: lim.Burst}
+func analyzeManyKeys(events []timeline.Event, keys []string, lim client.Limit, reps []*LoadReport) *report.ManyKeysResult {
+	res := &report.ManyKeysResult{Keys: len(keys), Rate: lim.Rate, Burst: lim.Burst}
 	var start, from, to int64
 	first := true
 	for _, rep := range reps {
@@ -172,13 +173,4 @@ func analyzeManyKeys(events []timeline.Event, keys []string, lim client.Limit, r
 		res.AdmittedPct = 100 * float64(res.Events) / want
 	}
 	return res
-}
-
-func manyKeysSummary(m *ManyKeysResult) string {
-	s := fmt.Sprintf("%.1f%% of %s x %s/s, worst key %s %.1f%%, %d admitting nothing, %d windows over, %.1f s measured",
-		m.AdmittedPct, fmtRate(float64(m.Keys)), fmtRate(m.Rate), m.WorstKey, m.WorstPct, m.Idle, m.WindowsOver, m.Seconds)
-	if m.Errors > 0 {
-		s += fmt.Sprintf(", %d failed calls", m.Errors)
-	}
-	return s
 }

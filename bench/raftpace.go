@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -239,4 +240,47 @@ func (c *cluster) timelines() []string {
 		}
 	}
 	return out
+}
+
+// waitKeyDone polls an agent's load report until key's load has ended.
+func waitKeyDone(ctx context.Context, p *proc, path, key string, d time.Duration) (*KeyLoad, error) {
+	rep, err := waitKeysDone(ctx, p, path, []string{key}, d)
+	if err != nil {
+		return nil, err
+	}
+	return rep.Keys[key], nil
+}
+
+// waitKeysDone polls an agent's load report until the load of every key
+// has ended, and returns the report. One read covers all keys: with 1,000
+// keys the report is large, and the agent rewrites it as each key ends.
+func waitKeysDone(ctx context.Context, p *proc, path string, keys []string, d time.Duration) (*LoadReport, error) {
+	deadline := time.Now().Add(d)
+	for {
+		running := keys
+		if rep, err := ReadLoadReport(path); err == nil {
+			running = slices.DeleteFunc(slices.Clone(keys), func(k string) bool {
+				kl := rep.Keys[k]
+				return kl != nil && kl.To != 0
+			})
+			if len(running) == 0 {
+				return rep, nil
+			}
+		}
+		if p.exited() {
+			return nil, fmt.Errorf("%s exited (%v)\n%s", p.name, p.err, p.tail())
+		}
+		if time.Now().After(deadline) {
+			which := running[0]
+			if len(running) > 1 {
+				which += fmt.Sprintf(" (and %d other keys)", len(running)-1)
+			}
+			return nil, fmt.Errorf("%s: the load of %s did not end within %v\n%s", p.name, which, d, p.tail())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

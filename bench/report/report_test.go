@@ -1,4 +1,4 @@
-package bench
+package report
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftpace/raftpace/client"
+	"github.com/raftpace/raftpace/bench/load"
 	"github.com/raftpace/raftpace/internal/timeline"
 )
 
@@ -34,8 +34,8 @@ func TestFormat(t *testing.T) {
 		want string
 	}{{0, "0"}, {980, "980"}, {1_700, "1.7k"}, {13_400, "13k"}, {2_200_000, "2.2 M"}, {12_000_000, "12 M"}}
 	for _, tc := range counts {
-		if got := fmtCount(tc.x); got != tc.want {
-			t.Errorf("fmtCount(%v) = %q, want %q", tc.x, got, tc.want)
+		if got := FormatCount(tc.x); got != tc.want {
+			t.Errorf("FormatCount(%v) = %q, want %q", tc.x, got, tc.want)
 		}
 	}
 	rates := []struct {
@@ -43,8 +43,8 @@ func TestFormat(t *testing.T) {
 		want string
 	}{{7, "7"}, {1000, "1,000"}, {100000, "100,000"}, {2.625, "2.625"}, {1234567, "1,234,567"}}
 	for _, tc := range rates {
-		if got := fmtRate(tc.x); got != tc.want {
-			t.Errorf("fmtRate(%v) = %q, want %q", tc.x, got, tc.want)
+		if got := FormatRate(tc.x); got != tc.want {
+			t.Errorf("FormatRate(%v) = %q, want %q", tc.x, got, tc.want)
 		}
 	}
 	ratios := []struct {
@@ -61,13 +61,16 @@ func TestFormat(t *testing.T) {
 	}
 }
 
+// delta is the bench's allowance in the ceiling check (bench.Delta).
+const delta = 50 * time.Millisecond
+
 // sampleReport is a report as a run would leave it.
 func sampleReport() *Report {
-	r := newReport(false)
+	r := New(false)
 	r.Date = time.Date(2026, 12, 2, 13, 0, 0, 0, time.UTC)
 	r.Command = "raftpace bench"
 	lat := func(id string, n int, p50, p99 time.Duration, calls uint64) {
-		r.latency(id).set(n, &KeyLoad{Concurrency: n, Calls: calls, P50: int64(p50), P99: int64(p99), From: 1e9, To: 3e9})
+		r.Row(id).Set(n, &load.KeyLoad{Concurrency: n, Calls: calls, P50: int64(p50), P99: int64(p99), From: 1e9, To: 3e9})
 	}
 	// Added out of table order on purpose.
 	lat("postgres", 1, 470*time.Microsecond, 4*time.Millisecond, 4000)
@@ -81,8 +84,8 @@ func sampleReport() *Report {
 	ceil := func(id string, rate, pct float64, worst int, over bool) {
 		c := &CeilingResult{ID: id, Rate: rate, Burst: 1, Processes: 3, Concurrency: 16, AdmittedPct: pct, Shed: 1234,
 			Series: []float64{rate / 2, rate, rate * 1.01, rate}}
-		for _, w := range Windows() {
-			b := rate*w.Seconds() + 1 + rate*Delta.Seconds()
+		for _, w := range timeline.DefaultWindows() {
+			b := rate*w.Seconds() + 1 + rate*delta.Seconds()
 			m := int(b) - 1
 			if over {
 				m = int(2 * b)
@@ -101,7 +104,7 @@ func sampleReport() *Report {
 	ceil("xrate-solo", 7, 300, 0, true)
 	ceil("raftpace", 7, 100, 0, false)
 	r.Skipped = []Skip{{Approach: "redis", Reason: "no Redis server answers on 127.0.0.1:6379: connection refused"}}
-	r.finish()
+	r.Finish()
 	return r
 }
 
@@ -179,41 +182,6 @@ func TestReport_MarkdownManyKeys(t *testing.T) {
 	}
 }
 
-func TestAnalyzeManyKeys(t *testing.T) {
-	t.Parallel()
-	const start = int64(1_700_000_000_000_000_000)
-	lim := client.Limit{Rate: 2, Burst: 1}
-	keys := manyKeysNames(3)
-	load := func(from, to int64) *KeyLoad { return &KeyLoad{Concurrency: 1, From: from, To: to} }
-	// Key loads start at different times on each agent (their limits
-	// registered one by one): the steady interval is from 1 s after the
-	// last start (k2 on n2, 0.5 s) to the first stop (k0 on n1, 10 s).
-	reps := []*LoadReport{
-		{Node: "n1", Keys: map[string]*KeyLoad{"k0": load(start, start+10e9), "k1": load(start+1e8, start+10.1e9), "k2": load(start+2e8, start+10.2e9)}},
-		{Node: "n2", Keys: map[string]*KeyLoad{"k0": load(start, start+10e9), "k1": load(start+1e8, start+10.1e9), "k2": load(start+5e8, start+10.5e9)}},
-	}
-	// k0 paced at the rate across both nodes, k1 at half of it, k2 never
-	// admitted; other keys ignored.
-	evs := paced("k0", start, 500*time.Millisecond, 21, "n1", "n2")
-	evs = append(evs, paced("k1", start, time.Second, 11, "n2")...)
-	evs = append(evs, paced("other", start, time.Millisecond, 5000, "n1")...)
-	res := analyzeManyKeys(evs, keys, lim, reps)
-	// [1.5 s, 10 s): k0 has 17 events, k1 8, k2 none; 8.5 s x 3 keys x 2/s = 51.
-	if res.Seconds < 8.49 || res.Seconds > 8.51 || res.Events != 25 || res.AdmittedPct < 48.9 || res.AdmittedPct > 49.1 {
-		t.Errorf("interval: %.2f s, %d events, %.2f%%", res.Seconds, res.Events, res.AdmittedPct)
-	}
-	if res.WorstKey != "k2" || res.WorstPct != 0 || res.Idle != 1 || res.WindowsOver != 0 || res.Keys != 3 {
-		t.Errorf("per key: %+v", res)
-	}
-
-	// k0 admitted by both nodes each at the rate: twice the bound.
-	evs = append(paced("k0", start, 500*time.Millisecond, 21, "n1"), paced("k0", start+1e6, 500*time.Millisecond, 21, "n2")...)
-	res = analyzeManyKeys(evs, keys, lim, reps)
-	if res.WindowsOver != 4 || res.WorstKey != "k1" || res.Idle != 2 {
-		t.Errorf("over: %+v", res)
-	}
-}
-
 func TestReport_Targets(t *testing.T) {
 	t.Parallel()
 	r := sampleReport()
@@ -225,10 +193,10 @@ func TestReport_Targets(t *testing.T) {
 		t.Errorf("8 processes: %+v", tg)
 	}
 	// Not met: slow follower without a lease; too few slots through leases.
-	r.latency("raftpace-follower-noleases").ByCallers[1].P50 = int64(100 * time.Microsecond)
+	r.Row("raftpace-follower-noleases").ByCallers[1].P50 = int64(100 * time.Microsecond)
 	r.Throughput.SlotsPerSec = 9e5
 	r.Ceilings = nil
-	r.finish()
+	r.Finish()
 	got = map[string]Target{}
 	for _, tg := range r.Targets {
 		got[tg.Name] = tg
@@ -303,7 +271,7 @@ func TestReport_SVG(t *testing.T) {
 			t.Errorf("SVG lacks %q", want)
 		}
 	}
-	if empty := newReport(true).SVG(); !strings.Contains(empty, "no ceiling was measured") {
+	if empty := New(true).SVG(); !strings.Contains(empty, "no ceiling was measured") {
 		t.Errorf("empty report's SVG: %s", empty)
 	}
 }
@@ -328,80 +296,6 @@ func TestNiceCeil(t *testing.T) {
 		if got := niceCeil(tc.v); got != tc.want {
 			t.Errorf("niceCeil(%v) = %v, want %v", tc.v, got, tc.want)
 		}
-	}
-}
-
-// paced returns n events of key, one every interval from start, spread
-// round-robin over nodes.
-func paced(key string, start int64, interval time.Duration, n int, nodes ...string) []timeline.Event {
-	var evs []timeline.Event
-	for i := range n {
-		evs = append(evs, timeline.Event{At: start + int64(i)*int64(interval), Node: nodes[i%len(nodes)], Key: key})
-	}
-	return evs
-}
-
-func TestAnalyzeCeiling(t *testing.T) {
-	t.Parallel()
-	const start = int64(1_700_000_000_000_000_000)
-	lim := client.Limit{Rate: 100, Burst: 1}
-	loads := []*KeyLoad{
-		{Rate: 100, From: start, To: start + 5e9, Shed: 10, ShedQueue: 4},
-		{Rate: 100, From: start + 2e8, To: start + 5e9, Shed: 20},
-		{Rate: 100, From: start + 1e8, To: start + 4.9e9},
-	}
-	// Paced exactly at the ceiling, across 3 nodes, other keys ignored.
-	evs := paced("k", start, 10*time.Millisecond, 500, "n1", "n2", "n3")
-	evs = append(evs, paced("other", start, time.Millisecond, 5000, "n1")...)
-	res := analyzeCeiling(evs, "k", lim, loads)
-	if res.WindowsOver != 0 || len(res.Windows) != 4 {
-		t.Errorf("paced: %+v", res.Windows)
-	}
-	// Steady interval: 1s after the last start (0.2s) to the first stop (4.9s).
-	if res.Seconds < 3.69 || res.Seconds > 3.71 || res.AdmittedPct < 99.5 || res.AdmittedPct > 100.5 {
-		t.Errorf("paced: %.3fs, %.2f%%", res.Seconds, res.AdmittedPct)
-	}
-	if res.Offered != 300 || res.Shed != 30 || res.ShedQueue != 4 || res.Events != 500 {
-		t.Errorf("paced counts: %+v", res)
-	}
-	// 50 buckets of 100ms over [start, start+5s); 1 event per 10ms is
-	// 100/s once the trailing second is full, and also before (the
-	// average is over the buckets so far).
-	if len(res.Series) != 50 || res.Series[0] != 100 || res.Series[25] != 100 {
-		t.Errorf("series %v", res.Series)
-	}
-
-	// Three processes each pacing alone at the rate: 3x, over at every length.
-	var solo []timeline.Event
-	for i, n := range []string{"n1", "n2", "n3"} {
-		solo = append(solo, paced("k", start+int64(i)*3e6, 10*time.Millisecond, 500, n)...)
-	}
-	res = analyzeCeiling(solo, "k", lim, loads)
-	if res.WindowsOver != 4 || res.AdmittedPct < 290 || res.AdmittedPct > 310 {
-		t.Errorf("solo: %.1f%%, %d over", res.AdmittedPct, res.WindowsOver)
-	}
-	if w := res.window(time.Second); w == nil || w.Max < 290 || w.Bound != 106 {
-		t.Errorf("solo 1s window: %+v", w)
-	}
-}
-
-func TestAdmittedSeries(t *testing.T) {
-	t.Parallel()
-	const start = int64(1e18)
-	// 3 events in the first bucket, none after: the trailing average.
-	evs := []timeline.Event{{At: start, Node: "a", Key: "k"}, {At: start + 5e7, Node: "a", Key: "k"}, {At: start + 99e6, Node: "a", Key: "k"},
-		{At: start + 2e9, Node: "a", Key: "k"}} // at the end: excluded
-	s := admittedSeries(evs, "k", start, start+2e9)
-	if len(s) != 20 {
-		t.Fatalf("%d buckets", len(s))
-	}
-	// Bucket 0: 3 events in 0.1s = 30/s; bucket 1: 3 in 0.2s = 15/s;
-	// bucket 9: 3 in 1s; bucket 10 on: the first bucket left the window.
-	if s[0] != 30 || s[1] != 15 || s[9] != 3 || s[10] != 0 || s[19] != 0 {
-		t.Errorf("series %v", s)
-	}
-	if admittedSeries(evs, "k", start, start) != nil {
-		t.Error("empty interval gives a series")
 	}
 }
 

@@ -1,10 +1,11 @@
-package bench
+package baseline
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,4 +125,12 @@ func (p *Postgres) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.conn.Close(context.Background())
+}
+
+// RedactURL drops a password from a URL for messages.
+func RedactURL(u string) string {
+	if cfg, err := pgx.ParseConfig(u); err == nil && cfg.Password != "" {
+		return strings.Replace(u, cfg.Password, "xxxxx", 1)
+	}
+	return u
 }

@@ -1,4 +1,4 @@
-package bench
+package load
 
 import (
 	"encoding/json"
@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// LoadReport is what a load generator (raftpace agent --load-report, or
+// Report is what a load generator (raftpace agent --load-report, or
 // raftpace bench-worker) writes at exit: per key, how its reservation calls
 // went.
-type LoadReport struct {
+type Report struct {
 	Node string              `json:"node"`
 	PID  int                 `json:"pid"`
 	Keys map[string]*KeyLoad `json:"keys"`
@@ -65,13 +65,13 @@ func (k *KeyLoad) Seconds() float64 {
 	return time.Duration(k.To - k.From).Seconds()
 }
 
-// ReadLoadReport reads a report written by a load generator.
-func ReadLoadReport(path string) (*LoadReport, error) {
+// ReadReport reads a report written by a load generator.
+func ReadReport(path string) (*Report, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("bench: load report: %w", err)
 	}
-	var r LoadReport
+	var r Report
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("bench: load report %s: %w", path, err)
 	}

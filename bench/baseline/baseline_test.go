@@ -1,4 +1,4 @@
-package bench
+package baseline
 
 import (
 	"bufio"
@@ -34,9 +34,9 @@ func testPostgres(t *testing.T, lim client.Limit) *Postgres {
 	p, err := ConnectPostgres(ctx, url, lim, DefaultGrace)
 	if err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("CI is set and Postgres at %s is unreachable: %v", redactURL(url), err)
+			t.Fatalf("CI is set and Postgres at %s is unreachable: %v", RedactURL(url), err)
 		}
-		t.Skipf("no Postgres at %s (set RAFTPACE_TEST_POSTGRES): %v", redactURL(url), err)
+		t.Skipf("no Postgres at %s (set RAFTPACE_TEST_POSTGRES): %v", RedactURL(url), err)
 	}
 	t.Cleanup(func() { p.Close() })
 	return p

@@ -1,4 +1,4 @@
-package bench
+package report
 
 import (
 	"fmt"
@@ -75,9 +75,9 @@ func (r *Report) svgPanel(b *strings.Builder, rate, y0 float64) {
 	x := func(t float64) float64 { return svgLeft + t/tmax*svgPlotW }
 	y := func(v float64) float64 { return y0 + svgTop + svgPlotH - math.Min(v, ymax)/ymax*svgPlotH }
 
-	fmt.Fprintf(b, `<g id="ceiling-%s">`+"\n", fmtRate(rate))
+	fmt.Fprintf(b, `<g id="ceiling-%s">`+"\n", FormatRate(rate))
 	fmt.Fprintf(b, `<text x="%d" y="%.0f" font-size="14" font-weight="bold">Admitted rate, ceiling %s/s (burst 1, demand %s/s)</text>`+"\n",
-		svgLeft, y0+22, fmtRate(rate), fmtRate(ceilingDemand*rate))
+		svgLeft, y0+22, FormatRate(rate), FormatRate(CeilingDemand*rate))
 	// Grid and y labels.
 	for i := 0; i <= 4; i++ {
 		v := ymax * float64(i) / 4
@@ -159,7 +159,7 @@ func shortLabel(id string) string {
 	case "gubernator":
 		return "gubernator GLOBAL"
 	}
-	return rowLabel(id)
+	return RowLabel(id)
 }
 
 // fmtTick formats an axis value with up to 3 significant digits: 12.5,

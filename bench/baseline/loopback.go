@@ -1,4 +1,4 @@
-package bench
+package baseline
 
 import (
 	"context"
@@ -58,19 +58,20 @@ func (l *Loopback) Forfeit(client.Reservation) {}
 // Close closes the connection.
 func (l *Loopback) Close() error { return l.conn.Close() }
 
-// echoServer answers every byte it reads with the same byte, on loopback,
-// until Close.
-type echoServer struct {
+// EchoServer answers every byte it reads with the same byte, on loopback,
+// until Close: the other end of Loopback's connections.
+type EchoServer struct {
 	ln net.Listener
 	wg sync.WaitGroup
 }
 
-func startEcho() (*echoServer, error) {
+// StartEcho starts an echo server on a free port of 127.0.0.1.
+func StartEcho() (*EchoServer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("bench: echo server: %w", err)
 	}
-	s := &echoServer{ln: ln}
+	s := &EchoServer{ln: ln}
 	s.wg.Go(func() {
 		for {
 			c, err := ln.Accept()
@@ -95,9 +96,11 @@ func startEcho() (*echoServer, error) {
 	return s, nil
 }
 
-func (s *echoServer) addr() string { return s.ln.Addr().String() }
+// Addr is the server's host:port.
+func (s *EchoServer) Addr() string { return s.ln.Addr().String() }
 
-func (s *echoServer) Close() error {
+// Close stops the server and waits for its connections to end.
+func (s *EchoServer) Close() error {
 	err := s.ln.Close()
 	s.wg.Wait()
 	if errors.Is(err, net.ErrClosed) {
