@@ -18,8 +18,10 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/logging"
+	"github.com/raftpace/raftpace/node/gate"
 	"github.com/raftpace/raftpace/node/pacer"
 	"github.com/raftpace/raftpace/node/shares"
+	"github.com/raftpace/raftpace/node/slots"
 	"github.com/raftpace/raftpace/node/wire"
 	"github.com/raftpace/raftpace/transport"
 )
@@ -74,11 +76,9 @@ type Node struct {
 
 	stats counters
 
-	pauseMu    sync.Mutex // leader: serialises pauses (the atomic maximum)
-	pausedHere deadlines  // pauses this node recorded itself, in force at once
-	slotMu     sync.Mutex // leader: serialises slot grants against the caps
-	slotSeq    atomic.Uint64
-	slotNonce  string
+	pauseMu sync.Mutex   // leader: serialises pauses (the atomic maximum)
+	gate    *gate.Gate   // the refusal gate (package node/gate)
+	slots   *slots.Slots // the concurrency caps (package node/slots)
 
 	// admittedHist counts this node's grants to its callers, grantedHist
 	// (while it leads) the slots it granted to the fleet; see history.go.
@@ -114,13 +114,10 @@ func New(cfg Config) (*Node, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
-		cfg:   cfg,
-		log:   cfg.Logger.With("node", cfg.NodeID),
-		epoch: time.Now(),
-		state: fsm.New(),
-		// Slot IDs must not repeat across restarts of this node: a fresh
-		// nonce per start, then a counter.
-		slotNonce: newSlotNonce(),
+		cfg:       cfg,
+		log:       cfg.Logger.With("node", cfg.NodeID),
+		epoch:     time.Now(),
+		state:     fsm.New(),
 		ctx:       ctx,
 		cancel:    cancel,
 		waitHist:  newHistogram(WaitBuckets),
@@ -148,6 +145,8 @@ func (n *Node) start() error {
 	n.shares = shares.New(n.now, cfg.ShareTTL)
 	n.pacer.Shares = n.shares
 	n.fallback = newFallback(n)
+	n.gate = n.newGate()
+	n.slots = n.newSlots()
 	n.fsm.onMembers = func() { n.shares.SetMembers(n.state.Members()) }
 	n.fsm.onLimit = n.pacer.SetLimit
 	if cfg.PostgresURL != "" {
@@ -468,7 +467,7 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 		if n.departing.Load() {
 			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w (leaving the cluster)", key, raftpace.ErrClosed)
 		}
-		if err := n.gate(ctx, key, max(0, time.Until(deadline))); err != nil {
+		if err := n.gate.Wait(ctx, key, max(0, time.Until(deadline))); err != nil {
 			return raftpace.Reservation{}, err
 		}
 		if n.fallback.current() != ModeRaft {
