@@ -41,7 +41,7 @@ func (n *Node) untilDone(ctx context.Context, what string, once func() error) er
 func (n *Node) leading() bool { return n.raft.State() == raft.Leader }
 
 // callLeader sends one RPC to the leader and returns its raw answer. No
-// leader known, or a failed call, is errRetry; ctx ending is not.
+// leader known, or a failed call, is wire.ErrRetry; ctx ending is not.
 func (n *Node) callLeader(ctx context.Context, what string, method uint8, req []byte) ([]byte, error) {
 	addr, _ := n.raft.LeaderWithID()
 	if addr == "" {

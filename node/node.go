@@ -44,7 +44,8 @@ type Node struct {
 	shares   *shares.Shares
 	fallback *fallback
 	// memberWrites serialises the leader's writers of the replicated member
-	// list (syncMembers, balanceFractions, forgetReleased, departSelf).
+	// list (balanceFractions here; syncMembers, forgetReleased and
+	// departSelf in package membership, which is given this lock).
 	// Each reads the list and commits a change computed from it; two
 	// interleaved would commit from a stale read (a fraction rebalance
 	// read before a member was forgotten put it back, its fraction
@@ -178,31 +179,20 @@ func (n *Node) start() error {
 	if err := n.startRaft(); err != nil {
 		return err
 	}
-	if n.gossip, err = newGossip(n); err != nil {
+	if err := n.startGossip(); err != nil {
 		return err
 	}
-	n.wg.Add(6)
+	n.gossip.Start()
+	n.wg.Add(4)
 	go n.maintainLoop()
 	go n.extendLoop()
-	go n.reconcileLoop()
 	go n.shareLoop()
-	go n.reclaimLoop()
 	go func() { defer n.wg.Done(); n.fallback.watch(n.ctx) }()
 	if n.pg != nil {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.fallback.heartbeatLoop(n.ctx) }()
-	}
-	if len(cfg.Join) > 0 || n.pg != nil {
-		n.wg.Add(1)
-		go n.joinLoop(cfg.Join)
-	}
-	if n.pg != nil {
 		n.wg.Add(1)
 		go n.postgresLoop()
-	}
-	if cfg.BootstrapExpect > 1 {
-		n.wg.Add(1)
-		go n.bootstrapLoop()
 	}
 	return nil
 }
@@ -294,7 +284,7 @@ func (n *Node) Close() error {
 		}
 		n.wg.Wait()
 		if n.gossip != nil {
-			if err := n.gossip.ml.Shutdown(); err != nil {
+			if err := n.gossip.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("gossip shutdown: %w", err))
 			}
 		}
@@ -333,7 +323,7 @@ func (n *Node) GossipAddr() string {
 	if n.gossip == nil {
 		return ""
 	}
-	return n.gossip.addr()
+	return n.gossip.GossipAddr()
 }
 
 // now is the node's monotonic clock in nanoseconds since it started.
@@ -417,7 +407,7 @@ func (n *Node) extendLoop() {
 
 // commit encodes c, commits it through raft on this node (the leader) and
 // returns its log index. Not leading: ErrNotLeader. Raft failing to commit
-// (a timeout, a shutdown): errRetry. The state refusing the command:
+// (a timeout, a shutdown): wire.ErrRetry. The state refusing the command:
 // ErrInvalidRequest. The one place raft's errors are translated.
 func (n *Node) commit(c fsm.Command, timeout time.Duration) (uint64, error) {
 	data, err := fsm.Encode(c)
