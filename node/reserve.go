@@ -1,0 +1,185 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/pacer"
+	"github.com/raftpace/raftpace/node/wire"
+)
+
+// Reserve asks for count events of key. If the wait would exceed maxWait it
+// consumes nothing and returns a *LimitExceededError. It works on any node.
+// Single events are served from the node's leases (runs of slots the leader
+// granted ahead of need, see leases.go) unless DisableLeases is set; larger
+// counts, and every request with leases disabled, go to the leader one by
+// one (forwarded by a follower), retried within maxWait when a grant
+// arrives too late to be used within UseGrace.
+func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (r raftpace.Reservation, err error) {
+	if err := fsm.ValidateKey(key); err != nil {
+		return raftpace.Reservation{}, fmt.Errorf("node: reserve: %w: %w", raftpace.ErrInvalidRequest, err)
+	}
+	if count < 1 {
+		return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: count %d must be at least 1", key, raftpace.ErrInvalidRequest, count)
+	}
+	if maxWait < 0 {
+		maxWait = 0
+	}
+	begin := time.Now()
+	deadline := begin.Add(maxWait)
+	defer func() { n.reserved(key, count, begin, r, err) }()
+	for {
+		if n.closed() {
+			return raftpace.Reservation{}, raftpace.ErrClosed
+		}
+		if n.departing.Load() {
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w (leaving the cluster)", key, raftpace.ErrClosed)
+		}
+		if err := n.gate.Wait(ctx, key, max(0, time.Until(deadline))); err != nil {
+			return raftpace.Reservation{}, err
+		}
+		if n.fallback.current() != ModeRaft {
+			r, err := n.fallback.reserve(key, count, time.Until(deadline))
+			switch {
+			case errors.Is(err, errPoolPending):
+				if err := sleepCtx(ctx, n.ctx, 20*time.Millisecond); err != nil {
+					return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w", key, err)
+				}
+				continue
+			case !errors.Is(err, wire.ErrNotLeader):
+				if err == nil {
+					n.stats.fallbackGrants.Add(1)
+				}
+				return r, err
+			}
+		}
+		r, err := n.reserveRaft(ctx, key, count, max(0, time.Until(deadline)))
+		if errors.Is(err, errModeChanged) || errors.Is(err, errLeaderPaused) {
+			continue // dispatch again; the gate now holds the pause
+		}
+		return r, err
+	}
+}
+
+// errModeChanged: while retrying the leader, the node moved to fallback;
+// Reserve dispatches again.
+var errModeChanged = errors.New("node: admission mode changed")
+
+// inFallback reports whether the node should stop retrying the leader and
+// serve its callers from its own fallback.
+func (n *Node) inFallback() bool {
+	return n.fallback.current() != ModeRaft && n.ownFraction() > 0
+}
+
+// reserveRaft serves a reservation through the leader: from the node's
+// leases, or one request per reservation.
+func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait time.Duration) (raftpace.Reservation, error) {
+	if count == 1 && !n.cfg.DisableLeases {
+		return n.leases.reserve(ctx, key, maxWait)
+	}
+	begin := time.Now()
+	backoff := time.Millisecond
+	var lastErr error
+	for {
+		if n.closed() {
+			return raftpace.Reservation{}, raftpace.ErrClosed
+		}
+		remaining := maxWait - time.Since(begin)
+		if remaining < 0 {
+			// Retries (no leader, leader change, late grants) used up the
+			// caller's maximum wait: say why, not "limit exceeded".
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w within max wait %v: %w", key, raftpace.ErrNoLeader, maxWait, lastErr)
+		}
+		sent := time.Now()
+		wait, held, err := n.pacer.Reserve(ctx, n.ctx.Done(), key, count, remaining)
+		if errors.Is(err, wire.ErrNotLeader) {
+			sent = time.Now()
+			wait, held, err = n.forwardReserve(ctx, key, count, remaining)
+		}
+		if err == nil {
+			// The leader meant the slot for (its grant time + wait), and its
+			// grant time is at least held after sent; here it can only be
+			// placed from arrival, so it may be up to the network's part of
+			// the round trip late.
+			arrived := time.Now()
+			held = min(held, arrived.Sub(sent))
+			r := raftpace.Reservation{At: arrived.Add(wait), UseBy: sent.Add(held + wait + n.cfg.UseGrace)}
+			if !r.UseBy.Before(r.At) {
+				return r, nil
+			}
+			n.stats.lateGrants.Add(1)
+			n.log.Warn("grant arrived too late to use; asking again", "key", key, "round_trip", arrived.Sub(sent), "use_grace", n.cfg.UseGrace)
+			lastErr = fmt.Errorf("grant arrived after %v, past its use-by", arrived.Sub(sent))
+			continue
+		}
+		if !retryable(err) {
+			return raftpace.Reservation{}, err
+		}
+		if n.inFallback() {
+			return raftpace.Reservation{}, errModeChanged
+		}
+		lastErr = err
+		n.log.Debug("reserve: retrying", "key", key, "err", err)
+		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, raftpace.ErrNoLeader, err)
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+// Forfeit records that a caller dropped a reservation it could not use by
+// its UseBy (for the node's counters).
+func (n *Node) Forfeit(raftpace.Reservation) { n.stats.forfeited.Add(1) }
+
+// leaderCallTimeout bounds one request to the leader: its own maximum
+// wait (the leader may hold it that long for a horizon) plus a little.
+// Past it the leader is presumed paused or cut off and looked up again.
+func leaderCallTimeout(maxWait time.Duration) time.Duration {
+	return min(maxWait, time.Second) + 500*time.Millisecond
+}
+
+func retryable(err error) bool {
+	return errors.Is(err, wire.ErrRetry) || errors.Is(err, wire.ErrNotLeader) || errors.Is(err, pacer.ErrNoShare)
+}
+
+func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWait time.Duration) (wait, held time.Duration, err error) {
+	addr, _ := n.raft.LeaderWithID()
+	if addr == "" || string(addr) == n.Addr() {
+		// No leader, or this node won but has not passed its barrier yet.
+		return 0, 0, wire.ErrRetry
+	}
+	n.stats.forwarded.Add(1)
+	cctx, cancel := context.WithTimeout(ctx, leaderCallTimeout(maxWait))
+	defer cancel()
+	raw, err := n.trans.Call(cctx, string(addr), wire.MethodReserve, wire.ReserveReq{Key: key, Count: count, MaxWait: maxWait}.Encode())
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, 0, fmt.Errorf("node: reserve %q: %w", key, ctx.Err())
+		}
+		return 0, 0, fmt.Errorf("%w: leader %s: %w", wire.ErrRetry, addr, err)
+	}
+	resp, err := wire.DecodeReserveResp(raw)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: leader %s: %w", wire.ErrRetry, addr, err)
+	}
+	if resp.Code == wire.CodeLimitExceeded {
+		return 0, 0, &raftpace.LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
+	}
+	if resp.Code == wire.CodePaused {
+		return 0, 0, n.leaderPaused(key, resp.Wait)
+	}
+	if err := wire.ErrFor(resp.Code, resp.Msg); err != nil {
+		if errors.Is(err, wire.ErrNotLeader) {
+			return 0, 0, err
+		}
+		if resp.Code == wire.CodeUnavailable {
+			return 0, 0, fmt.Errorf("%w: %w", wire.ErrRetry, err)
+		}
+		return 0, 0, fmt.Errorf("node: reserve %q: %w", key, err)
+	}
+	return resp.Wait, resp.Held, nil
+}

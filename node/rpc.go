@@ -1,0 +1,104 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/wire"
+)
+
+// handleRPC serves the transport's RPCs from other nodes.
+func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte, error) {
+	switch method {
+	case wire.MethodReserve:
+		m, err := wire.DecodeReserveReq(req)
+		if err != nil {
+			return wire.ReserveResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
+		}
+		if err := fsm.ValidateKey(m.Key); err != nil {
+			return wire.ReserveResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
+		}
+		// The caller's deadline does not travel with the request: bound the
+		// wait for a horizon by the caller's own maximum, so the leader does
+		// not grant a slot long after the follower gave up on it.
+		// A node that has not applied a pause yet (one just restarted, or
+		// lagging) must not be granted a paused key.
+		if p := n.PausedFor(m.Key); p > 0 {
+			return wire.ReserveResp{Code: wire.CodePaused, Wait: p}.Encode(), nil
+		}
+		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
+		defer cancel()
+		wait, held, err := n.pacer.Reserve(ctx, n.ctx.Done(), m.Key, m.Count, m.MaxWait)
+		var le *raftpace.LimitExceededError
+		if errors.As(err, &le) {
+			return wire.ReserveResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode(), nil
+		}
+		return wire.ReserveResp{Code: wire.CodeFor(err), Wait: wait, Held: held, Msg: wire.ErrMsg(err)}.Encode(), nil
+	case wire.MethodLease:
+		m, err := wire.DecodeLeaseReq(req)
+		if err == nil {
+			err = fsm.ValidateKey(m.Key)
+		}
+		if err == nil {
+			err = fsm.ValidateID(m.Holder)
+		}
+		if err != nil {
+			return wire.LeaseResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
+		}
+		if p := n.PausedFor(m.Key); p > 0 {
+			return wire.LeaseResp{Code: wire.CodePaused, Wait: p}.Encode(), nil
+		}
+		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
+		defer cancel()
+		l, err := n.pacer.Lease(ctx, n.ctx.Done(), m.Key, m.Holder, m.Count, m.MaxWait)
+		var le *raftpace.LimitExceededError
+		if errors.As(err, &le) {
+			return wire.LeaseResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode(), nil
+		}
+		return wire.LeaseResp{Code: wire.CodeFor(err), Lease: l, Msg: wire.ErrMsg(err)}.Encode(), nil
+	case wire.MethodShare:
+		m, err := wire.DecodeShareReq(req)
+		if err != nil {
+			return nil, err
+		}
+		// Only the leader this node knows may hold its share.
+		if _, id := n.raft.LeaderWithID(); string(id) != m.Leader {
+			return nil, fmt.Errorf("node: share renewal from %q, but the leader here is %q", m.Leader, id)
+		}
+		return n.fallback.renew().Encode(), nil
+	case wire.MethodSetLimit:
+		m, err := wire.DecodeSetLimitReq(req)
+		if err == nil {
+			err = fsm.ValidateKey(m.Key)
+		}
+		if err == nil {
+			err = m.Limit.Validate()
+		}
+		if err != nil {
+			return wire.IndexResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
+		}
+		if n.raft.State() != raft.Leader {
+			return wire.IndexResp{Code: wire.CodeNotLeader}.Encode(), nil
+		}
+		index, err := n.applyLimit(m.Key, m.Limit)
+		return wire.IndexResp{Code: wire.CodeFor(err), Index: index, Msg: wire.ErrMsg(err)}.Encode(), nil
+	case wire.MethodPause, wire.MethodAcquireSlots, wire.MethodReleaseSlots, wire.MethodSetCap, wire.MethodSync:
+		return n.handleGateRPC(ctx, method, req)
+	case wire.MethodRemoveServer:
+		m, err := wire.DecodeRemoveServerReq(req)
+		if err != nil {
+			return wire.IndexResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
+		}
+		index, err := n.departed(m)
+		return wire.IndexResp{Code: wire.CodeFor(err), Index: index, Msg: wire.ErrMsg(err)}.Encode(), nil
+	default:
+		n.log.Warn("unknown rpc method", "method", method)
+		return nil, fmt.Errorf("node: unknown rpc method %d", method)
+	}
+}
