@@ -1,0 +1,100 @@
+package raftpace_test
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// rooms is ARCHITECTURE.md's table of arrows: for every package of the
+// module, the packages of the module it may import ("." is the root
+// package raftpace). A package missing from the table, or an import the
+// table does not allow, fails TestArchitecture: a new arrow is a decision
+// to write down in ARCHITECTURE.md and here, not an accident.
+var rooms = map[string][]string{
+	// Leaves: they import nothing of the project but each other.
+	".":                   {},
+	"fsm":                 {},
+	"transport":           {},
+	"internal/gcra":       {},
+	"internal/logging":    {},
+	"internal/timeline":   {},
+	"internal/fuzzcorpus": {},
+	"internal/pgstore":    {"fsm", "internal/logging"},
+
+	// node's rooms: each does one job, is given what it needs by node and
+	// never imports node or a sibling room (wire and shares excepted: the
+	// protocol, and the shares' interface of record).
+	"node/wire":       {".", "fsm"},
+	"node/pacer":      {".", "fsm", "internal/gcra", "node/wire"},
+	"node/shares":     {"fsm", "node/wire"},
+	"node/gate":       {".", "fsm", "node/wire"},
+	"node/slots":      {".", "fsm", "node/wire"},
+	"node/lease":      {".", "fsm", "node/wire"},
+	"node/fallback":   {".", "fsm", "internal/gcra", "node/wire"},
+	"node/membership": {".", "fsm", "internal/logging", "node/wire"},
+
+	// node wires the rooms together and owns the lifecycle.
+	"node": {".", "fsm", "transport", "internal/gcra", "internal/logging", "internal/pgstore",
+		"node/wire", "node/pacer", "node/shares", "node/gate", "node/slots", "node/lease",
+		"node/fallback", "node/membership"},
+	"node/nodetest": {"node"},
+
+	// What a worker calls, and the agent's surfaces beside it.
+	"client":        {".", "fsm", "node"},
+	"agent/admin":   {".", "fsm", "node"},
+	"agent/metrics": {"node"},
+	"agent/web":     {"node"},
+
+	// The benchmark and the command sit on top.
+	"bench/load":     {},
+	"bench/report":   {"bench/load"},
+	"bench/baseline": {"client"},
+	"bench": {"agent/admin", "bench/baseline", "bench/load", "bench/report", "client",
+		"internal/timeline", "node"},
+	"cmd/raftpace": {"*"},
+	"e2e":          {"*"},
+}
+
+const module = "github.com/raftpace/raftpace"
+
+// TestArchitecture holds the code to ARCHITECTURE.md's arrows.
+func TestArchitecture(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, module+"/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	seen := 0
+	for line := range strings.Lines(string(out)) {
+		fields := strings.Fields(line)
+		pkg := rel(fields[0])
+		allowed, ok := rooms[pkg]
+		if !ok {
+			t.Errorf("package %s is not in ARCHITECTURE.md's table (architecture_test.go rooms): say what it may import", pkg)
+			continue
+		}
+		seen++
+		if slices.Contains(allowed, "*") {
+			continue
+		}
+		for _, imp := range fields[1:] {
+			if !strings.HasPrefix(imp, module) {
+				continue
+			}
+			if dep := rel(imp); !slices.Contains(allowed, dep) {
+				t.Errorf("%s imports %s: an arrow ARCHITECTURE.md does not allow (allowed: %q)", pkg, dep, allowed)
+			}
+		}
+	}
+	if seen < 20 {
+		t.Fatalf("only %d packages listed: go list output\n%s", seen, out)
+	}
+}
+
+func rel(path string) string {
+	if path == module {
+		return "."
+	}
+	return strings.TrimPrefix(path, module+"/")
+}
