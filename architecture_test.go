@@ -21,6 +21,7 @@ var rooms = map[string][]string{
 	"internal/logging":    {},
 	"internal/timeline":   {},
 	"internal/fuzzcorpus": {},
+	"internal/loop":       {},
 	"internal/pgstore":    {"fsm", "internal/logging"},
 
 	// node's rooms: each does one job, is given what it needs by node and
@@ -32,11 +33,11 @@ var rooms = map[string][]string{
 	"node/gate":       {".", "fsm", "node/wire"},
 	"node/slots":      {".", "fsm", "node/wire"},
 	"node/lease":      {".", "fsm", "node/wire"},
-	"node/fallback":   {".", "fsm", "internal/gcra", "node/wire"},
-	"node/membership": {".", "fsm", "internal/logging", "node/wire"},
+	"node/fallback":   {".", "fsm", "internal/gcra", "internal/loop", "node/wire"},
+	"node/membership": {".", "fsm", "internal/logging", "internal/loop", "node/wire"},
 
 	// node wires the rooms together and owns the lifecycle.
-	"node": {".", "fsm", "transport", "internal/gcra", "internal/logging", "internal/pgstore",
+	"node": {".", "fsm", "transport", "internal/gcra", "internal/logging", "internal/loop", "internal/pgstore",
 		"node/wire", "node/pacer", "node/shares", "node/gate", "node/slots", "node/lease",
 		"node/fallback", "node/membership"},
 	"node/nodetest": {"node"},

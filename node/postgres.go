@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/loop"
 	"github.com/raftpace/raftpace/internal/pgstore"
 )
 
@@ -100,16 +101,8 @@ func (p *pgLink) close() {
 // the checkpoint every CheckpointEvery and soon after every change.
 func (n *Node) postgresLoop() {
 	defer n.wg.Done()
-	tick := time.NewTicker(n.cfg.CheckpointEvery)
-	defer tick.Stop()
 	lastPublish := time.Time{}
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-tick.C:
-		case <-n.pg.kick:
-		}
+	loop.Every(n.ctx, n.cfg.CheckpointEvery, n.pg.kick, func() bool {
 		ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 		s, err := n.pg.get(ctx)
 		if err == nil && time.Since(lastPublish) > 10*time.Second {
@@ -127,7 +120,8 @@ func (n *Node) postgresLoop() {
 			}
 		}
 		cancel()
-	}
+		return true
+	})
 }
 
 // checkpoint is the state a restart from empty data dirs needs: limits,

@@ -14,6 +14,7 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/logging"
+	"github.com/raftpace/raftpace/internal/loop"
 	"github.com/raftpace/raftpace/node/wire"
 )
 
@@ -136,15 +137,7 @@ func (n *Node) becomeLeader(gen uint64) {
 // only writer of horizon entries, so entries never race each other.
 func (n *Node) extendLoop() {
 	defer n.wg.Done()
-	tick := time.NewTicker(max(n.cfg.HorizonAhead/4, 5*time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-tick.C:
-		case <-n.pacer.Kicks():
-		}
+	loop.Every(n.ctx, max(n.cfg.HorizonAhead/4, 5*time.Millisecond), n.pacer.Kicks(), func() bool {
 		for {
 			ext, ok := n.pacer.Collect()
 			if !ok {
@@ -158,7 +151,8 @@ func (n *Node) extendLoop() {
 			n.stats.extensions.Add(1)
 			n.pacer.Committed(ext)
 		}
-	}
+		return true
+	})
 }
 
 // commit encodes c, commits it through raft on this node (the leader) and

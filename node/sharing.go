@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/loop"
 	"github.com/raftpace/raftpace/node/wire"
 )
 
@@ -15,22 +16,16 @@ import (
 // members that are gone is reclaim's (churn.go).
 func (n *Node) shareLoop() {
 	defer n.wg.Done()
-	tick := time.NewTicker(n.cfg.ShareTTL / 3)
-	defer tick.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-tick.C:
-		}
+	loop.Every(n.ctx, n.cfg.ShareTTL/3, nil, func() bool {
 		if !n.pacer.IsLeading() {
-			continue
+			return true
 		}
 		n.renewShares()
 		if err := n.balanceFractions(); err != nil {
 			n.log.Warn("balancing fractions", "err", err)
 		}
-	}
+		return true
+	})
 }
 
 // renewShares sends one round of renewals and waits for the answers (each

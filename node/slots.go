@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/internal/loop"
 	"github.com/raftpace/raftpace/node/slots"
 )
 
@@ -80,20 +81,14 @@ func (f slotFallback) InUse(now int64) map[string]int { return f.n.fallback.loca
 // clearing expired pauses and reclaiming expired slots.
 func (n *Node) maintainLoop() {
 	defer n.wg.Done()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-tick.C:
-		}
+	loop.Every(n.ctx, 250*time.Millisecond, nil, func() bool {
 		if !n.pacer.IsLeading() {
-			continue
+			return true
 		}
 		n.gate.ClearExpired()
 		n.slots.Reap()
-	}
+		return true
+	})
 }
 
 // AcquireSlots takes one slot on each of keys at once (all or nothing) for

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftpace/raftpace/internal/loop"
 )
 
 // joinLoop contacts the configured gossip addresses until one answers.
@@ -56,18 +57,10 @@ func (m *Membership) joinLoop(addrs []string) {
 func (m *Membership) bootstrapLoop() {
 	defer m.wg.Done()
 	expect := m.cfg.BootstrapExpect
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-m.ctx.Done():
-			return
-		case <-tick.C:
-		case <-m.gossip.kick:
-		}
+	loop.Every(m.ctx, 200*time.Millisecond, m.gossip.kick, func() bool {
 		if m.d.Raft.LastIndex() > 0 || leaderKnown(m.d.Raft) {
 			m.gossip.markBootstrapped()
-			return
+			return false
 		}
 		var ids []string
 		members := m.gossip.snapshot()
@@ -87,10 +80,10 @@ func (m *Membership) bootstrapLoop() {
 			// A formed cluster exists: wait to be added by its leader.
 			m.log.Info("a formed cluster is in gossip; waiting to be added instead of bootstrapping")
 			m.gossip.markBootstrapped()
-			return
+			return false
 		}
 		if len(ids) < expect {
-			continue
+			return true
 		}
 		sort.Strings(ids)
 		ids = ids[:expect]
@@ -107,17 +100,17 @@ func (m *Membership) bootstrapLoop() {
 		if !self {
 			m.log.Info("enough nodes to bootstrap, this one not among the first; waiting to be added", "ids", ids)
 			m.gossip.markBootstrapped()
-			return
+			return false
 		}
 		err := m.d.Raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
 		if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 			m.log.Error("bootstrap failed", "err", err)
-			continue
+			return true
 		}
 		m.log.Info("bootstrapped cluster", "servers", ids)
 		m.gossip.markBootstrapped()
-		return
-	}
+		return false
+	})
 }
 
 func leaderKnown(r *raft.Raft) bool {

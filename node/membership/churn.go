@@ -10,6 +10,7 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/loop"
 	"github.com/raftpace/raftpace/node/wire"
 )
 
@@ -100,20 +101,14 @@ func (m *Membership) removeServer(id string) (uint64, error) {
 // and forgets released members (reclaim).
 func (m *Membership) reclaimLoop() {
 	defer m.wg.Done()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
 	lastTry := make(map[string]time.Time)
-	for {
-		select {
-		case <-m.ctx.Done():
-			return
-		case <-tick.C:
-		}
+	loop.Every(m.ctx, 250*time.Millisecond, nil, func() bool {
 		if !m.d.Leading() {
-			continue
+			return true
 		}
 		m.reclaim(lastTry)
-	}
+		return true
+	})
 }
 
 // reclaim takes back the fraction of every member that will not spend it,

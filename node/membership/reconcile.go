@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/loop"
 )
 
 // reconcileLoop runs on the leader: it makes raft's configuration follow
@@ -19,26 +20,19 @@ import (
 // that fails without leaving stays a member (it may come back).
 func (m *Membership) reconcileLoop() {
 	defer m.wg.Done()
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-m.ctx.Done():
-			return
-		case <-tick.C:
-		case <-m.gossip.kick:
-		}
+	loop.Every(m.ctx, 500*time.Millisecond, m.gossip.kick, func() bool {
 		if leaderKnown(m.d.Raft) {
 			m.gossip.markBootstrapped()
 		}
 		m.rejoinFailed()
 		if !m.d.Leading() {
-			continue
+			return true
 		}
 		if err := m.reconcile(); err != nil {
 			m.log.Warn("reconcile membership", "err", err)
 		}
-	}
+		return true
+	})
 }
 
 // rejoinFailed contacts, every few seconds, raft members that gossip
