@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/certs"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/timeline"
 	"github.com/raftpace/raftpace/node"
@@ -251,7 +252,7 @@ func (c *cli) runDemo(d demoConfig) (err error) {
 	for i := range d.nodes {
 		names = append(names, demoNodeID(i))
 	}
-	if _, err := writeThrowawaySecurity(tlsDir, names); err != nil {
+	if _, err := certs.WriteThrowaway(tlsDir, names); err != nil {
 		fmt.Fprintln(out)
 		return fmt.Errorf("demo: making a throwaway CA: %w", err)
 	}
