@@ -14,6 +14,7 @@ import (
 
 	"github.com/raftpace/raftpace/bench"
 	"github.com/raftpace/raftpace/client"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
 )
 
@@ -116,7 +117,7 @@ func (c *cli) bench(name string, args []string) error {
 			filepath.Join(*out, "report.json"), filepath.Join(*out, "chart.svg"))
 	}
 	if *asJSON {
-		return printJSON(c.stdout, rep)
+		return render.JSON(c.stdout, rep)
 	}
 	_, err = fmt.Fprint(c.stdout, rep.Markdown())
 	return err

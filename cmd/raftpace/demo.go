@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/certs"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/timeline"
 	"github.com/raftpace/raftpace/node"
@@ -216,9 +217,9 @@ func (c *cli) runDemo(d demoConfig) (err error) {
 	fmt.Fprintf(out, "Every node runs %d workers calling Wait(%q) as fast as they are let through,\n", d.concurrency, d.key)
 	fmt.Fprintf(out, "so demand is far above the limit; the raft leader paces the whole cluster at\n")
 	fmt.Fprintf(out, "%s/s (burst %d): no window of W seconds may admit more than %s*W+%d events\n",
-		formatRate(d.rate), d.burst, formatRate(d.rate), d.burst)
+		render.Rate(d.rate), d.burst, render.Rate(d.rate), d.burst)
 	fmt.Fprintf(out, "(+%s*%v for the delay between a grant and its use: R*W+B+R*delta).\n",
-		formatRate(d.rate), demoUseGrace)
+		render.Rate(d.rate), demoUseGrace)
 	fmt.Fprintf(out, "Each second: events admitted per node over the last second, and their total.\n")
 	var chaos *demoChaos
 	if d.chaos {
@@ -311,7 +312,7 @@ func (c *cli) runDemo(d demoConfig) (err error) {
 		}
 	}
 	fmt.Fprintf(out, "leader %s elected, limit %q set to %s/s burst %d (%.1fs)\n\n",
-		leader, d.key, formatRate(d.rate), d.burst, time.Since(began).Seconds())
+		leader, d.key, render.Rate(d.rate), d.burst, time.Since(began).Seconds())
 
 	// Load on every node.
 	store := &demoStore{}
@@ -562,7 +563,7 @@ func printDemoSecond(w io.Writer, at, span time.Duration, members []*demoMember,
 		}
 		fmt.Fprintf(&b, " %s=%.1f/s", m.id(), float64(delta)/secs)
 	}
-	fmt.Fprintf(&b, "  total=%.1f/s  ceiling=%s/s", float64(total)/secs, formatRate(rate))
+	fmt.Fprintf(&b, "  total=%.1f/s  ceiling=%s/s", float64(total)/secs, render.Rate(rate))
 	if leader {
 		fmt.Fprintf(&b, "  leader=%s", lead)
 	}
@@ -617,7 +618,7 @@ func printDemoRecovery(w io.Writer, ch *demoChaos, events []timeline.Event, end 
 	} else {
 		fmt.Fprintf(&b, ", %s", after(ch.restartedAt, "restart"))
 	}
-	fmt.Fprintf(&b, " (to >= %.0f%% of %s/s in a 1s window)\n", 100*demoRecoveredShare, formatRate(rate))
+	fmt.Fprintf(&b, " (to >= %.0f%% of %s/s in a 1s window)\n", 100*demoRecoveredShare, render.Rate(rate))
 	if nodes > 1 {
 		downEnd := end
 		if !ch.restartedAt.IsZero() {
@@ -675,7 +676,7 @@ func printDemoVerdict(w io.Writer, rep timeline.KeyReport, elapsed time.Duration
 			}
 		}
 	}
-	rate := formatRate(rep.Limit.Rate)
+	rate := render.Rate(rep.Limit.Rate)
 	summary := fmt.Sprintf("%d events in %.1fs = %.1f/s (%.1f%% of %s/s)",
 		rep.Events, elapsed.Seconds(), rep.AchievedRate, 100*rep.Utilisation, rate)
 	if len(rep.Windows) == 0 {
@@ -695,7 +696,7 @@ func printDemoVerdict(w io.Writer, rep timeline.KeyReport, elapsed time.Duration
 	io.WriteString(w, b.String())
 }
 
-func formatBound(b float64) string { return formatRate(math.Round(b*100) / 100) }
+func formatBound(b float64) string { return render.Rate(math.Round(b*100) / 100) }
 
 // writeTimeline writes events to path as a timeline file.
 func writeTimeline(path string, events []timeline.Event) error {
