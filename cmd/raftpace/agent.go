@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/atomicfile"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/loadgen"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/admin"
 	"github.com/raftpace/raftpace/node"
@@ -230,32 +232,6 @@ func agentFlags() (*flags, *agentConfig) {
 	return f, a
 }
 
-// loadSpec is one --load value.
-type loadSpec struct {
-	key         string
-	concurrency int
-}
-
-const maxLoadConcurrency = 10000
-
-// parseLoad splits KEY[:CONCURRENCY]: the part after the last ':' is the
-// concurrency when it is a number.
-func parseLoad(v string) (loadSpec, error) {
-	s := loadSpec{key: v, concurrency: 1}
-	if i := strings.LastIndexByte(v, ':'); i >= 0 {
-		if c, err := strconv.Atoi(v[i+1:]); err == nil {
-			s.key, s.concurrency = v[:i], c
-		}
-	}
-	if err := fsm.ValidateKey(s.key); err != nil {
-		return s, fmt.Errorf("--load %q: %w", v, err)
-	}
-	if s.concurrency < 1 || s.concurrency > maxLoadConcurrency {
-		return s, fmt.Errorf("--load %q: concurrency %d must be 1-%d", v, s.concurrency, maxLoadConcurrency)
-	}
-	return s, nil
-}
-
 // checkHostPort validates a host:port flag value; port 0 is allowed where
 // binding (any free port).
 func checkHostPort(flagName, v string, needHost bool) error {
@@ -282,7 +258,7 @@ func (e *configError) Error() string {
 
 // validate checks the command line and returns the node config and the
 // load specs. It reports every problem at once.
-func (a *agentConfig) validate() (node.Config, []loadSpec, error) {
+func (a *agentConfig) validate() (node.Config, []loadgen.Spec, error) {
 	var problems []string
 	bad := func(err error) { problems = append(problems, err.Error()) }
 
@@ -424,36 +400,14 @@ type readyInfo struct {
 	PID        int    `json:"pid"`
 }
 
-// writeFileAtomic writes data to a temporary file beside path and renames
-// it over path, so a reader sees the old file, no file or the whole new one.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename this fails harmlessly
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
-}
-
 // within reports whether path is dir or lies inside it (lexically).
 func within(path, dir string) bool {
 	rel, err := filepath.Rel(filepath.Clean(dir), filepath.Clean(path))
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
-// checkWritableDir checks that a file can be created in dir, as
-// writeFileAtomic will.
+// checkWritableDir checks that a file can be created in dir, as the ready
+// file will be.
 func checkWritableDir(dir string) error {
 	f, err := os.CreateTemp(dir, ".raftpace-probe*")
 	if err != nil {
@@ -530,7 +484,7 @@ func (c *cli) agent(name string, args []string) error {
 			}
 		}
 	}
-	tl, err := a.openTimeline(cfg.NodeID)
+	tl, err := a.OpenTimeline(cfg.NodeID)
 	if err != nil {
 		return fmt.Errorf("agent: --timeline: %w", err)
 	}
@@ -581,7 +535,7 @@ func (c *cli) agent(name string, args []string) error {
 	if a.readyFile != "" {
 		info := readyInfo{NodeID: cfg.NodeID, Addr: n.Addr(), GossipAddr: n.GossipAddr(), HTTPAddr: httpAddr, PID: os.Getpid()}
 		b, _ := json.MarshalIndent(info, "", "  ")
-		if err := writeFileAtomic(a.readyFile, append(b, '\n')); err != nil {
+		if err := atomicfile.Write(a.readyFile, append(b, '\n'), 0o644); err != nil {
 			c.shutdownHTTP(srv, log)
 			return fmt.Errorf("agent: --ready-file: %w", err)
 		}
@@ -598,20 +552,20 @@ func (c *cli) agent(name string, args []string) error {
 		}()
 	}
 	var gateWait func() error
-	if a.gate.active() {
-		if gateWait, err = a.gate.run(loadCtx, n, log); err != nil {
+	if a.gate.Active() {
+		if gateWait, err = loadgen.StartGate(loadCtx, n, a.gate.GateConfig, log); err != nil {
 			c.shutdownHTTP(srv, log)
-			return fmt.Errorf("agent: %w", err)
+			return fmt.Errorf("agent: --slot-log: %w", err)
 		}
 	}
-	var load *loadRun
+	var load *loadgen.Run
 	if len(specs) > 0 {
-		var rec recorder = countOnly{}
+		var rec loadgen.Recorder = loadgen.CountOnly{}
 		if tl != nil {
 			rec = tl
 		}
-		opts := a.options(cfg.UseGrace, cfg.NodeID, log)
-		load = runLoad(loadCtx, nodeTarget(n, a.loadMode, cfg.UseGrace), specs, opts, rec, log.With("load_mode", a.loadMode))
+		opts := a.Options(cfg.UseGrace, cfg.NodeID, log)
+		load = loadgen.Start(loadCtx, loadgen.NodeTarget(n, a.loadMode, cfg.UseGrace), specs, opts, rec, log.With("load_mode", a.loadMode))
 	}
 
 	var result error
@@ -656,8 +610,8 @@ func (c *cli) agent(name string, args []string) error {
 		}
 	}
 	if load != nil {
-		load.wait()
-		if err := a.writeReport(load, cfg.NodeID); err != nil {
+		load.Wait()
+		if err := a.WriteReport(load, cfg.NodeID); err != nil {
 			log.Error("writing the load report", "err", err)
 			result = errors.Join(result, fmt.Errorf("agent: --load-report: %w", err))
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/certs"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/loadgen"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/timeline"
@@ -181,7 +182,7 @@ func (m *demoMember) id() string { return m.cfg.NodeID }
 func (m *demoMember) startLoad(ctx context.Context, d demoConfig, logger *slog.Logger) {
 	lctx, cancel := context.WithCancel(ctx)
 	m.stop = cancel
-	m.wait = startLoad(lctx, m.n, []loadSpec{{key: d.key, concurrency: d.concurrency}}, "raft", m.rec, logger)
+	m.wait = loadgen.StartNode(lctx, m.n, []loadgen.Spec{{Key: d.key, Concurrency: d.concurrency}}, "raft", m.rec, logger)
 }
 
 // demoChaos is the state of --chaos: when the leader is killed and

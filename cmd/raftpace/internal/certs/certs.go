@@ -4,8 +4,9 @@
 // that private keys and gossip keys are written with mode 0600, each file
 // through a temporary file renamed into place, and that WriteFiles refuses,
 // before writing anything, to overwrite an existing file unless forced. It
-// neither loads TLS configurations for a node (transport does) nor knows
-// the command line.
+// does not load TLS configurations for a node (transport does); its
+// messages suggest the tls command's flags (--dir, --force) where the
+// operator must act.
 package certs
 
 import (
@@ -23,6 +24,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/atomicfile"
 )
 
 // Validity of what this package signs.
@@ -222,35 +225,11 @@ func WriteFiles(dir string, files []File, force bool) error {
 		return err
 	}
 	for _, f := range files {
-		if err := writeFileMode(filepath.Join(dir, f.Name), f.Data, f.Mode); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, f.Name), f.Data, f.Mode); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func writeFileMode(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // WriteThrowaway writes, in dir, a new CA, a certificate for each
