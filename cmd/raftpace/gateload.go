@@ -1,20 +1,14 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
-	"os"
 	"time"
 
-	"github.com/raftpace/raftpace/client"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/agent"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/loadgen"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/node"
 )
 
 // gateLoadFlags are the agent's load generators for the refusal gate and
@@ -74,95 +68,8 @@ func (g *gateLoadFlags) validate(bad func(error)) {
 		bad(errors.New("--slot-log: only meaningful with --load-slots"))
 	}
 	if g.policy != "" {
-		if _, err := readPolicy(g.policy); err != nil {
+		if _, err := agent.ReadPolicy(g.policy); err != nil {
 			bad(fmt.Errorf("--policy: %w", err))
 		}
 	}
-}
-
-// policyFile is the --policy document.
-type policyFile struct {
-	Limits map[string]struct {
-		Rate  float64 `json:"rate"`
-		Burst int     `json:"burst"`
-	} `json:"limits"`
-	Caps map[string]int `json:"caps"`
-}
-
-func readPolicy(path string) (policyFile, error) {
-	var p policyFile
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return p, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return p, fmt.Errorf("%s: %w", path, err)
-	}
-	if dec.More() {
-		return p, fmt.Errorf("%s: trailing data after the JSON object", path)
-	}
-	var errs []error
-	for k, l := range p.Limits {
-		if l.Burst == 0 {
-			l.Burst = 1
-		}
-		if err := fsm.ValidateKey(k); err != nil {
-			errs = append(errs, fmt.Errorf("%s: limits: %w", path, err))
-		} else if err := (fsm.Limit{Rate: l.Rate, Burst: l.Burst}).Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: limit %q: %w", path, k, err))
-		}
-	}
-	for k, c := range p.Caps {
-		if err := fsm.ValidateKey(k); err != nil {
-			errs = append(errs, fmt.Errorf("%s: caps: %w", path, err))
-		} else if c < 1 || c > fsm.MaxCap {
-			errs = append(errs, fmt.Errorf("%s: cap %q: %d must be 1..%d", path, k, c, fsm.MaxCap))
-		}
-	}
-	return p, errors.Join(errs...)
-}
-
-// registerPolicy registers the policy file's limits and caps once the
-// cluster has a leader. A conflict is logged and the cluster's value kept:
-// an operator may have changed the key at run time on purpose, and a
-// restarting worker must not undo that or refuse to start.
-func (g *gateLoadFlags) registerPolicy(ctx context.Context, n *node.Node, log *slog.Logger) error {
-	if g.policy == "" {
-		return nil
-	}
-	p, err := readPolicy(g.policy)
-	if err != nil {
-		return err
-	}
-	if _, err := n.WaitForLeader(ctx); err != nil {
-		return err
-	}
-	c := client.New(n)
-	var errs []error
-	for k, l := range p.Limits {
-		lim := fsm.Limit{Rate: l.Rate, Burst: max(l.Burst, 1)}
-		if err := c.Register(ctx, k, lim); err != nil {
-			if errors.Is(err, node.ErrPolicyConflict) {
-				log.Error("policy file disagrees with the cluster; keeping the cluster's value", "err", err)
-				continue
-			}
-			errs = append(errs, err)
-		}
-	}
-	for k, m := range p.Caps {
-		if err := c.RegisterCap(ctx, k, m); err != nil {
-			if errors.Is(err, node.ErrPolicyConflict) {
-				log.Error("policy file disagrees with the cluster; keeping the cluster's value", "err", err)
-				continue
-			}
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	log.Info("policy registered", "file", g.policy, "limits", len(p.Limits), "caps", len(p.Caps))
-	return nil
 }
