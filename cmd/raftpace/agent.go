@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/agent"
@@ -123,9 +122,12 @@ func (s *agentSecurity) register(f *flags) {
 	f.withEnv("tls-ca", "tls-cert", "tls-key", "gossip-key-file", "http-token-file")
 }
 
+// agentFlags defines the agent's flags; the node's settings default to
+// node.DefaultConfig's values.
 func agentFlags() (*flags, *agentConfig) {
 	f := newFlags("agent", "--data-dir DIR [flags]", agentAbout)
 	a := &agentConfig{join: listFlag{sep: ","}}
+	def := node.DefaultConfig()
 	f.StringVar(&a.nodeID, "node-id", "", "this node's `ID`, unique and stable across restarts (default: the host name)")
 	f.StringVar(&a.dataDir, "data-dir", "", "`DIR` for the raft log, stable store and snapshots (required)")
 	f.StringVar(&a.bind, "bind", "127.0.0.1:7400", "`HOST:PORT` for raft and RPC between nodes (port 0: any free port)")
@@ -135,25 +137,25 @@ func agentFlags() (*flags, *agentConfig) {
 	f.IntVar(&a.bootstrapExpect, "bootstrap-expect", 0, "form a new cluster once `N` nodes started with the same value see each other;\n0 joins an existing cluster, 1 runs a single-node cluster")
 	f.Var(&a.join, "join", "gossip `HOST:PORT[,...]` of cluster members to contact at start (may repeat)")
 	f.StringVar(&a.httpAddr, "http", "127.0.0.1:7402", "`HOST:PORT` of the local admin API; \"\" or \"off\" disables it")
-	f.StringVar(&a.clusterName, "cluster-name", "raftpace", "`NAME` carried in every gossip packet; nodes of other clusters are not heard")
-	f.IntVar(&a.voters, "voters", 3, "number of raft voters the leader keeps (`N`, 1-5); further nodes are nonvoters")
-	f.DurationVar(&a.horizonAhead, "horizon-ahead", time.Second, "`DURATION` the leader commits each key's horizon ahead of need;\nalso the longest pause in grants after a leader change")
+	f.StringVar(&a.clusterName, "cluster-name", def.ClusterName, "`NAME` carried in every gossip packet; nodes of other clusters are not heard")
+	f.IntVar(&a.voters, "voters", def.Voters, "number of raft voters the leader keeps (`N`, 1-5); further nodes are nonvoters")
+	f.DurationVar(&a.horizonAhead, "horizon-ahead", def.HorizonAhead, "`DURATION` the leader commits each key's horizon ahead of need;\nalso the longest pause in grants after a leader change")
 	f.StringVar(&a.raftTiming, "raft-timing", "lan", "raft `TIMERS`: lan (failover in 1-2s) or fast (loopback tests)")
 	f.StringVar(&a.logFormat, "log-format", "text", "log `FORMAT`: text or json")
 	f.StringVar(&a.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	f.StringVar(&a.readyFile, "ready-file", "", "write the bound addresses as JSON to `PATH` once ready")
 	f.StringVar(&a.loadMode, "load-mode", "raft", "how --load paces, `MODE` raft (ask the cluster: the real thing) or solo:\nTEST/DEMONSTRATION MODE with coordination turned off: each key is paced\nby a local GCRA at its full replicated rate and burst, never asking the\nleader, so N agents admit about N times the rate (shows a ceiling test can fail)")
 	f.BoolVar(&a.noLeases, "no-leases", false, "ask the leader for every reservation instead of serving them from leased runs of slots")
-	f.DurationVar(&a.leaseSpan, "lease-span", 20*time.Millisecond, "the most time one lease covers at a key's full rate (`DURATION`)")
-	f.DurationVar(&a.useGrace, "use-grace", 50*time.Millisecond, "how late after its time a granted slot may still be used (`DURATION`);\nthe delta of the ceiling R*W+B+R*delta")
+	f.DurationVar(&a.leaseSpan, "lease-span", def.LeaseSpan, "the most time one lease covers at a key's full rate (`DURATION`)")
+	f.DurationVar(&a.useGrace, "use-grace", def.UseGrace, "how late after its time a granted slot may still be used (`DURATION`);\nthe delta of the ceiling R*W+B+R*delta")
 	f.StringVar(&a.postgresURL, "postgres", "", "PostgreSQL `URL` for the checkpoint, bootstrap of empty data dirs, discovery\n(without --join) and the pooled fallback; optional; never logged")
 	f.StringVar(&a.postgresSchema, "postgres-schema", "raftpace", "`SCHEMA` for raftpace's tables in --postgres (created on first use)")
-	f.DurationVar(&a.shareTTL, "share-ttl", 2*time.Second, "how long a member's promise to the leader lasts (`DURATION`); a member not\nrenewed for this long paces itself at its fallback fraction")
-	f.DurationVar(&a.fallbackFor, "fallback-for", 60*time.Second, "how long a member may pace in fallback before it stops admitting (`DURATION`)")
-	f.DurationVar(&a.reapMargin, "reap-margin", 10*time.Second, "the leader reaps a member not heard from for share-ttl + fallback-for + this (`DURATION`)")
+	f.DurationVar(&a.shareTTL, "share-ttl", def.ShareTTL, "how long a member's promise to the leader lasts (`DURATION`); a member not\nrenewed for this long paces itself at its fallback fraction")
+	f.DurationVar(&a.fallbackFor, "fallback-for", def.FallbackFor, "how long a member may pace in fallback before it stops admitting (`DURATION`)")
+	f.DurationVar(&a.reapMargin, "reap-margin", def.ReapMargin, "the leader reaps a member not heard from for share-ttl + fallback-for + this (`DURATION`)")
 	f.BoolVar(&a.leaveOnTerminate, "leave-on-terminate", true, "on SIGTERM/SIGINT leave the cluster before exiting (for members replaced with\nnew ids and empty data dirs); =false stops without leaving, for members that\nrestart with the same --node-id and --data-dir")
 	f.DurationVar(&a.failedServerAfter, "failed-server-after", 0, "the leader removes a member from raft after it left renewals unanswered\nthis long (`DURATION`, default share-ttl + 1s); its fraction comes back separately")
-	f.DurationVar(&a.witnessTTL, "witness-ttl", 3*time.Second, "with --postgres: a member cut off from its leader and from Postgres paces locally\nat most this long after its last heartbeat (`DURATION`); a dead member's\nfraction returns once Postgres has missed its heartbeats")
+	f.DurationVar(&a.witnessTTL, "witness-ttl", def.WitnessTTL, "with --postgres: a member cut off from its leader and from Postgres paces locally\nat most this long after its last heartbeat (`DURATION`); a dead member's\nfraction returns once Postgres has missed its heartbeats")
 	f.BoolVar(&a.unsafeReclaim, "unsafe-reclaim-without-fence", false, "UNSAFE, TESTS ONLY: the leader takes a silent member's fraction back without fencing it in Postgres (breaks the ceiling)")
 	f.BoolVar(&a.unsafeFallbackFull, "unsafe-fallback-full-rate", false, "UNSAFE, TESTS ONLY: fallback paces at the full rate, not the node's fraction (breaks the ceiling)")
 	f.BoolVar(&a.unsafeFreshStart, "unsafe-fresh-start", false, "UNSAFE, TESTS ONLY: a new leader ignores inherited horizons (breaks the ceiling)")
@@ -171,7 +173,8 @@ func agentFlags() (*flags, *agentConfig) {
 	return f, a
 }
 
-// agent runs the agent: its flags checked, then agent.Run.
+// agent runs the agent: its flags checked (the node's settings by
+// node.Config.Validate), then agent.Run.
 func (c *cli) agent(name string, args []string) error {
 	f, a := agentFlags()
 	pos, err := c.parse(f, args)
@@ -195,7 +198,7 @@ func (c *cli) agent(name string, args []string) error {
 	cfg.Logger = slog.New(h)
 	err = agent.Run(c.ctx, cfg)
 	if errors.Is(err, node.ErrInvalidConfig) {
-		return &agent.ConfigError{Problems: strings.Split(err.Error(), "\n")}
+		return &agent.ConfigError{Problems: flagProblems(err, nil)}
 	}
 	return err
 }

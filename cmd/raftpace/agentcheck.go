@@ -6,58 +6,53 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/agent"
-	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/admin"
 	"github.com/raftpace/raftpace/node"
 )
 
 // validate checks the command line and returns what agent.Run runs. It
-// reports every problem at once.
+// reports every problem at once: the agent's own (flags the node does not
+// know of, and the stricter rules an operator's addresses follow), then
+// the node's, from node.Config.Validate, naming the flags (nodeFlag).
 func (a *agentConfig) validate() (agent.Config, error) {
 	var problems []string
+	reported := map[string]bool{} // flags the agent has found a problem with
 	bad := func(err error) { problems = append(problems, err.Error()) }
+	badFlag := func(flag string, err error) {
+		reported[flag] = true
+		bad(err)
+	}
 
 	if a.nodeID == "" {
 		host, err := os.Hostname()
 		if err != nil {
-			bad(fmt.Errorf("--node-id: required (the host name is unavailable: %w)", err))
+			badFlag("--node-id", fmt.Errorf("--node-id: required (the host name is unavailable: %w)", err))
 		}
 		a.nodeID = host
 	}
-	if a.nodeID != "" {
-		if err := fsm.ValidateID(a.nodeID); err != nil {
-			bad(fmt.Errorf("--node-id: %w", err))
-		}
-	}
 	if strings.TrimSpace(a.dataDir) == "" {
-		bad(errors.New("--data-dir: required: the directory for the raft log and snapshots"))
+		badFlag("--data-dir", errors.New("--data-dir: required: the directory for the raft log and snapshots"))
 	}
-	for _, hp := range []struct {
-		name, v  string
-		needHost bool
-	}{
-		{"bind", a.bind, false},
-		{"gossip-bind", a.gossipBind, false},
-		{"advertise", a.advertise, true},
-		{"gossip-advertise", a.gossipAdvert, true},
-	} {
+	// Addresses others dial must name a host and a port: the node would
+	// accept port 0 there.
+	for _, hp := range []struct{ name, v string }{{"advertise", a.advertise}, {"gossip-advertise", a.gossipAdvert}} {
 		if hp.v == "" {
-			if !hp.needHost { // the bind addresses are required
-				bad(fmt.Errorf("--%s: required (HOST:PORT)", hp.name))
-			}
 			continue
 		}
-		if err := checkHostPort(hp.name, hp.v, hp.needHost); err != nil {
-			bad(err)
+		if err := checkHostPort(hp.name, hp.v, true); err != nil {
+			badFlag("--"+hp.name, err)
 		}
 	}
 	for _, j := range a.join.items {
 		if err := checkHostPort("join", j, true); err != nil {
-			bad(err)
+			badFlag("--join", err)
 		}
 	}
 	if a.httpOn() {
@@ -66,16 +61,8 @@ func (a *agentConfig) validate() (agent.Config, error) {
 		}
 	}
 	a.agentSecurity.validate(bad, a.httpOn(), a.httpAddr)
-	if a.bootstrapExpect < 0 {
-		bad(fmt.Errorf("--bootstrap-expect %d: must be >= 0", a.bootstrapExpect))
-	}
-	if a.voters < 1 || a.voters > 5 {
-		bad(fmt.Errorf("--voters %d: must be 1-5", a.voters))
-	}
-	if a.horizonAhead <= 0 {
-		bad(fmt.Errorf("--horizon-ahead %v: must be positive", a.horizonAhead))
-	}
-	var timing node.Timing
+	def := node.DefaultConfig()
+	timing := def.Timing
 	switch a.raftTiming {
 	case "lan":
 		timing = node.LANTiming()
@@ -95,6 +82,11 @@ func (a *agentConfig) validate() (agent.Config, error) {
 	if a.loadMode != "raft" && a.loadMode != "solo" {
 		bad(fmt.Errorf("--load-mode %q: must be raft or solo", a.loadMode))
 	}
+
+	cfg := a.nodeConfig(def, timing)
+	if err := cfg.Validate(); err != nil {
+		problems = append(problems, flagProblems(err, reported)...)
+	}
 	if len(problems) > 0 {
 		return agent.Config{}, &agent.ConfigError{Problems: problems}
 	}
@@ -103,40 +95,7 @@ func (a *agentConfig) validate() (agent.Config, error) {
 		httpAddr = a.httpAddr
 	}
 	return agent.Config{
-		Node: node.Config{
-			NodeID:              a.nodeID,
-			DataDir:             a.dataDir,
-			BindAddr:            a.bind,
-			AdvertiseAddr:       a.advertise,
-			GossipBindAddr:      a.gossipBind,
-			GossipAdvertiseAddr: a.gossipAdvert,
-			ClusterName:         a.clusterName,
-			BootstrapExpect:     a.bootstrapExpect,
-			Join:                a.join.items,
-			Voters:              a.voters,
-			Timing:              timing,
-			HorizonAhead:        a.horizonAhead,
-			DisableLeases:       a.noLeases,
-			LeaseSpan:           a.leaseSpan,
-			UseGrace:            a.useGrace,
-			ShareTTL:            a.shareTTL,
-			PostgresURL:         a.postgresURL,
-			PostgresSchema:      a.postgresSchema,
-			FallbackFor:         a.fallbackFor,
-			ReapMargin:          a.reapMargin,
-			FailedServerAfter:   a.failedServerAfter,
-			WitnessTTL:          a.witnessTTL,
-			TLSCAFile:           a.tlsCA,
-			TLSCertFile:         a.tlsCert,
-			TLSKeyFile:          a.tlsKey,
-			GossipKeyFile:       a.gossipKeyFile,
-			Unsafe: node.Unsafe{
-				FreshStart:          a.unsafeFreshStart,
-				SpendExpired:        a.unsafeSpendExpired,
-				FallbackFullRate:    a.unsafeFallbackFull,
-				ReclaimWithoutFence: a.unsafeReclaim,
-			},
-		},
+		Node:             cfg,
 		HTTPAddr:         httpAddr,
 		HTTPFlag:         a.httpAddr,
 		HTTPToken:        a.httpToken,
@@ -150,20 +109,153 @@ func (a *agentConfig) validate() (agent.Config, error) {
 	}, nil
 }
 
-// validate checks the security flags and reads the admin token.
-func (s *agentSecurity) validate(bad func(error), httpOn bool, httpAddr string) {
-	var have, missing []string
-	for _, fl := range []struct{ name, v string }{{"--tls-ca", s.tlsCA}, {"--tls-cert", s.tlsCert}, {"--tls-key", s.tlsKey}} {
-		if fl.v != "" {
-			have = append(have, fl.name)
-		} else {
-			missing = append(missing, fl.name)
+// nodeConfig is the node's configuration as the flags set it, on top of
+// def (node.DefaultConfig). A zero duration or an empty cluster name keeps
+// the node's default, as the node has always read a zero there; the
+// default --failed-server-after, 0, follows --share-ttl as the node's does.
+func (a *agentConfig) nodeConfig(def node.Config, timing node.Timing) node.Config {
+	orDefault := func(v, d time.Duration) time.Duration {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	cfg := def
+	cfg.NodeID = a.nodeID
+	cfg.DataDir = a.dataDir
+	cfg.BindAddr = a.bind
+	cfg.AdvertiseAddr = a.advertise
+	cfg.GossipBindAddr = a.gossipBind
+	cfg.GossipAdvertiseAddr = a.gossipAdvert
+	if a.clusterName != "" {
+		cfg.ClusterName = a.clusterName
+	}
+	cfg.BootstrapExpect = a.bootstrapExpect
+	cfg.Join = a.join.items
+	cfg.Voters = a.voters
+	cfg.Timing = timing
+	cfg.HorizonAhead = a.horizonAhead
+	cfg.DisableLeases = a.noLeases
+	cfg.LeaseSpan = orDefault(a.leaseSpan, def.LeaseSpan)
+	cfg.UseGrace = orDefault(a.useGrace, def.UseGrace)
+	cfg.ShareTTL = orDefault(a.shareTTL, def.ShareTTL)
+	cfg.PostgresURL = a.postgresURL
+	cfg.PostgresSchema = a.postgresSchema
+	cfg.FallbackFor = orDefault(a.fallbackFor, def.FallbackFor)
+	cfg.ReapMargin = orDefault(a.reapMargin, def.ReapMargin)
+	cfg.FailedServerAfter = orDefault(a.failedServerAfter, cfg.ShareTTL+def.FailedServerAfter-def.ShareTTL)
+	cfg.WitnessTTL = orDefault(a.witnessTTL, def.WitnessTTL)
+	cfg.TLSCAFile = a.tlsCA
+	cfg.TLSCertFile = a.tlsCert
+	cfg.TLSKeyFile = a.tlsKey
+	cfg.GossipKeyFile = a.gossipKeyFile
+	cfg.Unsafe = node.Unsafe{
+		FreshStart:          a.unsafeFreshStart,
+		SpendExpired:        a.unsafeSpendExpired,
+		FallbackFullRate:    a.unsafeFallbackFull,
+		ReclaimWithoutFence: a.unsafeReclaim,
+	}
+	return cfg
+}
+
+// nodeFlag is the agent flag that sets each node.Config field: the node's
+// validation problems name fields, the agent's name the flags typed.
+var nodeFlag = map[string]string{
+	"NodeID":              "--node-id",
+	"DataDir":             "--data-dir",
+	"BindAddr":            "--bind",
+	"AdvertiseAddr":       "--advertise",
+	"GossipBindAddr":      "--gossip-bind",
+	"GossipAdvertiseAddr": "--gossip-advertise",
+	"ClusterName":         "--cluster-name",
+	"BootstrapExpect":     "--bootstrap-expect",
+	"Join":                "--join",
+	"Voters":              "--voters",
+	"Timing":              "--raft-timing",
+	"HorizonAhead":        "--horizon-ahead",
+	"UseGrace":            "--use-grace",
+	"LeaseSpan":           "--lease-span",
+	"ShareTTL":            "--share-ttl",
+	"FallbackFor":         "--fallback-for",
+	"ReapMargin":          "--reap-margin",
+	"FailedServerAfter":   "--failed-server-after",
+	"WitnessTTL":          "--witness-ttl",
+	"PostgresURL":         "--postgres",
+	"PostgresSchema":      "--postgres-schema",
+	"TLSCAFile":           "--tls-ca",
+	"TLSCertFile":         "--tls-cert",
+	"TLSKeyFile":          "--tls-key",
+	"GossipKeyFile":       "--gossip-key-file",
+}
+
+// nodeFieldRE matches the fields of nodeFlag as words.
+var nodeFieldRE = func() *regexp.Regexp {
+	var fields []string
+	for f := range nodeFlag {
+		fields = append(fields, f)
+	}
+	slices.Sort(fields)
+	return regexp.MustCompile(`\b(` + strings.Join(fields, "|") + `)\b`)
+}()
+
+// flagProblems turns the node's validation error (one problem a line,
+// each "invalid config: FIELD ...") into the agent's problems: the prefix
+// dropped, every field named by its flag outside quoted values. A problem
+// whose leading field's flag is in skip is left out: the agent has already
+// said what is wrong with that flag.
+func flagProblems(err error, skip map[string]bool) []string {
+	var out []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		line = strings.TrimPrefix(line, node.ErrInvalidConfig.Error()+": ")
+		field := line
+		if i := strings.IndexAny(line, " :,"); i >= 0 {
+			field = line[:i]
+		}
+		if fl, ok := nodeFlag[field]; ok && skip[fl] {
+			continue
+		}
+		out = append(out, renameFields(line))
+	}
+	return out
+}
+
+// renameFields replaces each node.Config field named in s by its flag,
+// except inside double-quoted text (values, which may hold anything).
+func renameFields(s string) string {
+	var b strings.Builder
+	inQuote := false
+	start := 0
+	flush := func(end int) {
+		part := s[start:end]
+		if !inQuote {
+			part = nodeFieldRE.ReplaceAllStringFunc(part, func(f string) string { return nodeFlag[f] })
+		}
+		b.WriteString(part)
+		start = end
+	}
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			if inQuote {
+				i++ // an escaped character inside a quoted value
+			}
+		case '"':
+			if inQuote {
+				flush(i + 1) // through the closing quote
+				inQuote = false
+				continue
+			}
+			flush(i)
+			inQuote = true
 		}
 	}
-	if len(have) > 0 && len(missing) > 0 {
-		bad(fmt.Errorf("--tls-ca, --tls-cert and --tls-key go together (%s given, %s missing)",
-			strings.Join(have, ", "), strings.Join(missing, ", ")))
-	}
+	flush(len(s))
+	return b.String()
+}
+
+// validate checks the admin token flags and reads the token. The TLS and
+// gossip key files are the node's to check (node.Config.Validate).
+func (s *agentSecurity) validate(bad func(error), httpOn bool, httpAddr string) {
 	switch {
 	case s.httpTokenFile != "" && s.httpTokenEnv != "":
 		bad(errors.New("--http-token-file and RAFTPACE_HTTP_TOKEN are both set: use one"))
