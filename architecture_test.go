@@ -54,6 +54,16 @@ var rooms = map[string][]string{
 	"bench/baseline": {"client"},
 	"bench": {"agent/admin", "bench/baseline", "bench/load", "bench/report", "client",
 		"internal/timeline", "node"},
+	// The binary: dispatch and flags in main, one job per internal package.
+	"cmd/raftpace/internal/atomicfile": {},
+	"cmd/raftpace/internal/certs":      {"cmd/raftpace/internal/atomicfile"},
+	"cmd/raftpace/internal/render":     {"fsm", "node"},
+	"cmd/raftpace/internal/loadgen": {".", "bench", "client", "cmd/raftpace/internal/atomicfile", "fsm",
+		"internal/gcra", "internal/timeline", "node"},
+	"cmd/raftpace/internal/demo": {"cmd/raftpace/internal/certs", "cmd/raftpace/internal/loadgen", "fsm",
+		"internal/timeline", "node"},
+	"cmd/raftpace/internal/agent": {".", "agent/admin", "agent/metrics", "agent/web", "client",
+		"cmd/raftpace/internal/atomicfile", "cmd/raftpace/internal/loadgen", "fsm", "node"},
 	"cmd/raftpace": {"*"},
 	"e2e":          {"*"},
 }

@@ -15,8 +15,9 @@ import (
 	"github.com/raftpace/raftpace/transport"
 )
 
-// Config configures a Node. It is validated by New; nothing in it can be
-// changed after the node is built.
+// Config configures a Node. A zero field takes its default (DefaultConfig
+// lists them); New fills the defaults and refuses what Validate refuses.
+// Nothing in it can be changed after the node is built.
 type Config struct {
 	// NodeID names this node in the cluster: unique, stable across restarts
 	// (it is the raft server ID). Same rules as fsm.ValidateID.
@@ -83,7 +84,7 @@ type Config struct {
 	// from for ShareTTL + FallbackFor + ReapMargin, so a reaped member has
 	// always stopped spending its fraction.
 	FallbackFor time.Duration
-	// ReapMargin is the leader's extra wait before reaping (default 5s).
+	// ReapMargin is the leader's extra wait before reaping (default 10s).
 	// Without Postgres only: with PostgresURL a silent member's fraction
 	// comes back through the witness instead (WitnessTTL).
 	ReapMargin time.Duration
@@ -220,7 +221,15 @@ const (
 	defaultWitnessTTL   = 3 * time.Second
 )
 
+// DefaultConfig returns a Config with every default filled in: what New
+// uses for each field left zero. Its FailedServerAfter is the default
+// ShareTTL + 1s (New derives it from the ShareTTL it is given). NodeID,
+// DataDir, BindAddr and GossipBindAddr have no default: set them before
+// Validate or New accepts the Config.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
 // withDefaults returns a copy of c with zero fields set to their defaults.
+// New calls it, then validate.
 func (c Config) withDefaults() Config {
 	if c.ClusterName == "" {
 		c.ClusterName = "raftpace"
@@ -267,9 +276,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// validate reports every problem at once, each naming the field, its value
-// and the rule.
-func (c Config) validate() error {
+// Validate reports every problem of c at once, each wrapping
+// ErrInvalidConfig and naming the field (as spelt in Config), its value and
+// the rule; the problems are joined (errors.Join), one a line. It checks c
+// as given: a zero field that New would fill with its default is checked
+// as zero, so start from DefaultConfig. It reads the TLS and gossip key
+// files to check them. New fills the defaults, then refuses what Validate
+// refuses; nil means New will not refuse c as invalid (it may still fail
+// to bind its ports or open its data dir).
+func (c Config) Validate() error {
 	var errs []error
 	bad := func(field string, value any, rule string) {
 		errs = append(errs, fmt.Errorf("%w: %s %q: %s", ErrInvalidConfig, field, fmt.Sprint(value), rule))
@@ -375,6 +390,9 @@ func (c Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// validate is Validate, as New calls it on a Config with its defaults.
+func (c Config) validate() error { return c.Validate() }
 
 // tlsEnabled reports whether the node runs its transport over TLS.
 func (c Config) tlsEnabled() bool { return c.TLSCertFile != "" }

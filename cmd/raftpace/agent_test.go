@@ -9,12 +9,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/agent"
 )
 
 // startAgent runs `raftpace agent` in this process with a single-node
 // cluster on free ports and returns its ready file's contents and a
 // channel with the run's result.
-func startAgent(t *testing.T, ctx context.Context, dir string, extra ...string) (readyInfo, <-chan result) {
+func startAgent(t *testing.T, ctx context.Context, dir string, extra ...string) (agent.ReadyInfo, <-chan result) {
 	t.Helper()
 	ready := filepath.Join(dir, "ready.json")
 	args := append([]string{"agent", "--node-id", "solo1", "--data-dir", filepath.Join(dir, "data"),
@@ -27,7 +29,7 @@ func startAgent(t *testing.T, ctx context.Context, dir string, extra ...string) 
 	for {
 		b, err := os.ReadFile(ready)
 		if err == nil {
-			var info readyInfo
+			var info agent.ReadyInfo
 			if err := json.Unmarshal(b, &info); err != nil {
 				t.Fatalf("ready file %q: %v", b, err)
 			}
@@ -184,7 +186,7 @@ func TestAgent_Cluster(t *testing.T) {
 	t.Parallel()
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
-	var infos []readyInfo
+	var infos []agent.ReadyInfo
 	var dones []<-chan result
 	for i, id := range []string{"c1", "c2", "c3"} {
 		extra := []string{"--node-id", id, "--bootstrap-expect", "3"}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/raftpace/raftpace/bench"
 	"github.com/raftpace/raftpace/client"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/loadgen"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
 )
 
@@ -116,7 +118,7 @@ func (c *cli) bench(name string, args []string) error {
 			filepath.Join(*out, "report.json"), filepath.Join(*out, "chart.svg"))
 	}
 	if *asJSON {
-		return printJSON(c.stdout, rep)
+		return render.JSON(c.stdout, rep)
 	}
 	_, err = fmt.Fprint(c.stdout, rep.Markdown())
 	return err
@@ -171,7 +173,7 @@ func (c *cli) benchWorker(name string, args []string) error {
 	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 	defer cancel()
 	var p interface {
-		reserver
+		loadgen.Reserver
 		Close() error
 	}
 	switch *pacer {
@@ -185,7 +187,7 @@ func (c *cli) benchWorker(name string, args []string) error {
 		if *gub == "" {
 			return f.usageError("--gubernator: required with --pacer gubernator")
 		}
-		p, err = bench.NewGubernator(*gub, lim, specs[0].concurrency, *grace)
+		p, err = bench.NewGubernator(*gub, lim, specs[0].Concurrency, *grace)
 	case "loopback":
 		if *echo == "" {
 			return f.usageError("--loopback: required with --pacer loopback")
@@ -199,11 +201,11 @@ func (c *cli) benchWorker(name string, args []string) error {
 	}
 	defer p.Close()
 
-	tl, err := lf.openTimeline(*nodeID)
+	tl, err := lf.OpenTimeline(*nodeID)
 	if err != nil {
 		return fmt.Errorf("bench-worker: --timeline: %w", err)
 	}
-	var rec recorder = countOnly{}
+	var rec loadgen.Recorder = loadgen.CountOnly{}
 	if tl != nil {
 		defer tl.Close()
 		rec = tl
@@ -212,18 +214,18 @@ func (c *cli) benchWorker(name string, args []string) error {
 	log := slog.New(h).With("component", "bench-worker", "pacer", *pacer)
 	loadCtx, stop := context.WithCancel(c.ctx)
 	defer stop()
-	run := runLoad(loadCtx, loadTarget{res: p}, specs, lf.options(*grace, *nodeID, log), rec, log)
+	run := loadgen.Start(loadCtx, loadgen.Target{Res: p}, specs, lf.Options(*grace, *nodeID, log), rec, log)
 	select {
-	case <-run.done:
+	case <-run.Done():
 	case <-c.ctx.Done():
 		stop()
-		run.wait()
+		run.Wait()
 	}
 	var result error
 	if tl != nil {
 		result = tl.Close()
 	}
-	if err := lf.writeReport(run, *nodeID); err != nil {
+	if err := lf.WriteReport(run, *nodeID); err != nil {
 		result = errors.Join(result, fmt.Errorf("bench-worker: --load-report: %w", err))
 	}
 	return result

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/timeline"
 )
@@ -182,7 +183,7 @@ func (c *cli) check(name string, args []string) error {
 		for _, rep := range reports {
 			out.Keys = append(out.Keys, reportJSON(rep))
 		}
-		if err := printJSON(c.stdout, out); err != nil {
+		if err := render.JSON(c.stdout, out); err != nil {
 			return err
 		}
 	} else {
@@ -221,7 +222,7 @@ func printCheck(w io.Writer, reports []timeline.KeyReport, spec timeline.Spec, e
 		bound = fmt.Sprintf("R*W+B+R*%v", spec.Delta)
 	}
 	fmt.Fprintf(w, "%d event(s) in %d file(s); limit %s/s burst %d; bound %s\n",
-		events, files, formatRate(spec.Limit.Rate), spec.Limit.Burst, bound)
+		events, files, render.Rate(spec.Limit.Rate), spec.Limit.Burst, bound)
 	for _, rep := range reports {
 		fmt.Fprintf(w, "%s\n", rep)
 	}

@@ -2,16 +2,13 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/node"
 )
 
 // ---- pause ----------------------------------------------------------------
@@ -144,31 +141,12 @@ func (c *cli) slotsList(args []string) error {
 		return fmt.Errorf("slots list: %w", err)
 	}
 	if *asJSON {
-		return printJSON(c.stdout, st.Caps)
+		return render.JSON(c.stdout, st.Caps)
 	}
 	if len(st.Caps) == 0 {
 		fmt.Fprintln(c.stdout, "(no caps set: raftpace slots set KEY --max N)")
 		return nil
 	}
-	printCaps(c.stdout, st.Caps)
+	render.Caps(c.stdout, st.Caps)
 	return nil
-}
-
-func printCaps(w io.Writer, caps []node.CapStatus) {
-	sort.Slice(caps, func(i, j int) bool { return caps[i].Key < caps[j].Key })
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tMAX\tIN USE")
-	for _, c := range caps {
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", c.Key, c.Max, c.InUse)
-	}
-	tw.Flush()
-}
-
-func printPauses(w io.Writer, pauses []node.PauseStatus) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tREMAINING")
-	for _, p := range pauses {
-		fmt.Fprintf(tw, "%s\t%v\n", p.Key, p.Remaining.Round(100*time.Millisecond))
-	}
-	tw.Flush()
 }

@@ -3,24 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/agent/admin"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/node"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
@@ -97,9 +93,9 @@ func (c *cli) status(name string, args []string) error {
 			return fmt.Errorf("status: %w", err)
 		}
 		if *asJSON {
-			return printJSON(c.stdout, st)
+			return render.JSON(c.stdout, st)
 		}
-		printStatus(c.stdout, st)
+		render.Status(c.stdout, st)
 		return nil
 	}
 	// --watch: one screen per interval; a failed read is shown and retried
@@ -114,16 +110,16 @@ func (c *cli) status(name string, args []string) error {
 		var b bytes.Buffer
 		switch {
 		case *asJSON && err != nil:
-			printJSON(&b, map[string]string{"error": err.Error()})
+			render.JSON(&b, map[string]string{"error": err.Error()})
 		case *asJSON:
-			printJSON(&b, st)
+			render.JSON(&b, st)
 		default:
 			b.WriteString("\x1b[H\x1b[2J") // cursor home, clear screen
 			fmt.Fprintf(&b, "raftpace status --addr %s, every %v (Ctrl-C to stop)   %s\n\n", o.addr, *interval, time.Now().Format("15:04:05"))
 			if err != nil {
 				fmt.Fprintf(&b, "status: %v\n", err)
 			} else {
-				printStatus(&b, st)
+				render.Status(&b, st)
 			}
 		}
 		if _, err := c.stdout.Write(b.Bytes()); err != nil {
@@ -134,188 +130,6 @@ func (c *cli) status(name string, args []string) error {
 		}
 	}
 }
-
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
-}
-
-// printStatus prints st as aligned tables: the node, the members, the keys.
-func printStatus(w io.Writer, st node.Status) {
-	leader := st.Leader
-	if leader == "" {
-		leader = "(none)"
-	}
-	state := st.State
-	if st.Granting {
-		state += ", granting"
-	}
-	ready, why := st.Ready()
-	readiness := "ready"
-	if !ready {
-		readiness = "NOT READY: " + why
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "Node:\t%s (%s)\n", st.ID, state)
-	fmt.Fprintf(tw, "Leader:\t%s, term %d\n", leader, st.Term)
-	fmt.Fprintf(tw, "Mode:\t%s, %s\n", st.Mode, readiness)
-	if st.Granting {
-		fmt.Fprintf(tw, "Fractions:\tits own %s, held %s (of each key's rate the leader may grant now)\n", formatFrac(st.Fraction), formatFrac(st.HeldFraction))
-	} else {
-		fmt.Fprintf(tw, "Fraction:\t%s (its fallback share of each key's rate)\n", formatFrac(st.Fraction))
-	}
-	fmt.Fprintf(tw, "Applied index:\t%d\n", st.AppliedIndex)
-	fmt.Fprintf(tw, "Addresses:\traft %s, gossip %s\n", st.Addr, st.GossipAddr)
-	s := st.Stats
-	fmt.Fprintf(tw, "Stats:\tgranted=%d refused=%d unknown_key=%d forwarded=%d late_grants=%d paused_refusals=%d\n",
-		s.Granted, s.Refused, s.UnknownKey, s.Forwarded, s.LateGrants, s.PausedRefusals)
-	tw.Flush()
-
-	fmt.Fprintf(w, "\nMembers (%d):\n", len(st.Members))
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tADDR\tROLE\tHEALTH\tLEADER\tMODE\tSHARE\tFRACTION\tLAST CONTACT")
-	for _, m := range st.Members {
-		mark := ""
-		if m.Leader {
-			mark = "*"
-		}
-		share, contact := "-", "-"
-		if st.Granting {
-			share = "not held"
-			if m.ShareHeld {
-				share = "held"
-			}
-		}
-		if m.LastContact > 0 {
-			contact = formatAgo(m.LastContact)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Addr, m.Role, m.Health, mark,
-			orDash(m.Mode), share, formatFrac(m.Fraction), contact)
-	}
-	tw.Flush()
-	if !st.Granting && len(st.Members) > 0 {
-		fmt.Fprintln(w, "(mode of the other members, share and last contact: the leader's view; ask the leader)")
-	}
-
-	printKeys(w, st)
-}
-
-// printKeys prints one row per key with a limit, a cap or a pause.
-func printKeys(w io.Writer, st node.Status) {
-	type row struct {
-		lim   *node.LimitStatus
-		pause time.Duration
-		cap   *node.CapStatus
-	}
-	rows := map[string]*row{}
-	get := func(k string) *row {
-		if rows[k] == nil {
-			rows[k] = &row{}
-		}
-		return rows[k]
-	}
-	for i := range st.Limits {
-		get(st.Limits[i].Key).lim = &st.Limits[i]
-	}
-	for _, p := range st.Pauses {
-		get(p.Key).pause = p.Remaining
-	}
-	for i := range st.Caps {
-		get(st.Caps[i].Key).cap = &st.Caps[i]
-	}
-	keys := make([]string, 0, len(rows))
-	for k := range rows {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	fmt.Fprintf(w, "\nKeys (%d):\n", len(keys))
-	if len(keys) == 0 {
-		fmt.Fprintln(w, "(no limits set: raftpace limit set KEY --rate R)")
-		return
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := "KEY\tRATE\tBURST\tADMITTED 10s"
-	if st.Granting {
-		head += "\tFLEET 10s"
-	}
-	fmt.Fprintln(tw, head+"\tPAUSED\tSLOTS")
-	for _, k := range keys {
-		r := rows[k]
-		rate, burst, admitted, fleet := "-", "-", "-", "-"
-		if r.lim != nil {
-			rate, burst = formatRate(r.lim.Rate)+"/s", strconv.Itoa(r.lim.Burst)
-			admitted, fleet = formatObserved(r.lim.Admitted10s), formatObserved(r.lim.Granted10s)
-		}
-		pause, slots := "-", "-"
-		if r.pause > 0 {
-			pause = r.pause.Round(100 * time.Millisecond).String()
-		}
-		if r.cap != nil {
-			slots = fmt.Sprintf("%d/%d", r.cap.InUse, r.cap.Max)
-		}
-		line := k + "\t" + rate + "\t" + burst + "\t" + admitted
-		if st.Granting {
-			line += "\t" + fleet
-		}
-		fmt.Fprintln(tw, line+"\t"+pause+"\t"+slots)
-	}
-	tw.Flush()
-	fmt.Fprint(w, "(ADMITTED 10s: events/s this node admitted over the last 10 s")
-	if st.Granting {
-		fmt.Fprint(w, "; FLEET 10s: slots/s this leader granted to the whole fleet, leased slots included")
-	}
-	fmt.Fprintln(w, "; SLOTS: in use/cap)")
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-// formatObserved prints a measured rate with a sensible precision.
-func formatObserved(r float64) string {
-	switch {
-	case r == 0:
-		return "0/s"
-	case r >= 100:
-		return fmt.Sprintf("%.0f/s", r)
-	case r >= 10:
-		return fmt.Sprintf("%.1f/s", r)
-	}
-	return fmt.Sprintf("%.2f/s", r)
-}
-
-// formatFrac prints a fraction to 3 decimals (1/3: 0.333).
-func formatFrac(f float64) string { return strconv.FormatFloat(math.Round(f*1000)/1000, 'f', -1, 64) }
-
-// formatAgo prints a duration since a contact, to the millisecond below 10s.
-func formatAgo(d time.Duration) string {
-	if d < 10*time.Second {
-		return d.Round(time.Millisecond).String() + " ago"
-	}
-	return d.Round(time.Second).String() + " ago"
-}
-
-// printLimits prints an aligned table of limits sorted by key.
-func printLimits(w io.Writer, lims map[string]fsm.Limit) {
-	keys := make([]string, 0, len(lims))
-	for k := range lims {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tRATE\tBURST")
-	for _, k := range keys {
-		fmt.Fprintf(tw, "%s\t%s/s\t%d\n", k, formatRate(lims[k].Rate), lims[k].Burst)
-	}
-	tw.Flush()
-}
-
-func formatRate(r float64) string { return strconv.FormatFloat(r, 'g', -1, 64) }
 
 // ---- limit ----------------------------------------------------------------
 
@@ -416,7 +230,7 @@ func (c *cli) limitSet(args []string) error {
 	if err := o.client().SetLimit(ctx, key, lim); err != nil {
 		return fmt.Errorf("limit set %q: %w", key, err)
 	}
-	fmt.Fprintf(c.stdout, "%s: rate %s/s, burst %d\n", key, formatRate(r), b)
+	fmt.Fprintf(c.stdout, "%s: rate %s/s, burst %d\n", key, render.Rate(r), b)
 	return nil
 }
 
@@ -442,9 +256,9 @@ func (c *cli) limitGet(args []string) error {
 		return fmt.Errorf("limit get %q: %w", key, err)
 	}
 	if *asJSON {
-		return printJSON(c.stdout, admin.KeyLimit{Key: key, Rate: lim.Rate, Burst: lim.Burst})
+		return render.JSON(c.stdout, admin.KeyLimit{Key: key, Rate: lim.Rate, Burst: lim.Burst})
 	}
-	printLimits(c.stdout, map[string]fsm.Limit{key: lim})
+	render.Limits(c.stdout, map[string]fsm.Limit{key: lim})
 	return nil
 }
 
@@ -470,13 +284,13 @@ func (c *cli) limitList(args []string) error {
 		for k, l := range lims {
 			resp.Limits[k] = admin.Limit{Rate: l.Rate, Burst: l.Burst}
 		}
-		return printJSON(c.stdout, resp)
+		return render.JSON(c.stdout, resp)
 	}
 	if len(lims) == 0 {
 		fmt.Fprintln(c.stdout, "(no limits set: raftpace limit set KEY --rate R)")
 		return nil
 	}
-	printLimits(c.stdout, lims)
+	render.Limits(c.stdout, lims)
 	return nil
 }
 
@@ -575,4 +389,16 @@ func (c *cli) version(name string, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, " %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return nil
+}
+
+// sleep waits d or until ctx ends; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -6,9 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/raftpace/raftpace/fsm"
 )
 
 func TestRun_UsageAndHelp(t *testing.T) {
@@ -85,16 +82,16 @@ func TestAgent_ConfigErrors(t *testing.T) {
 		{"missing data dir", base, nil, 1, []string{
 			"raftpace: agent: invalid configuration:\n  --data-dir: required"}},
 		{"bad bind", append(slices.Clone(base), "--data-dir", dir, "--bind", "nope"), nil, 1, []string{
-			`--bind "nope": must be HOST:PORT`}},
+			`--bind "nope": must be host:port`}},
 		{"bad port", append(slices.Clone(base), "--data-dir", dir, "--bind", "127.0.0.1:99999"), nil, 1, []string{
-			`--bind "127.0.0.1:99999": port must be a number 0-65535`}},
+			`--bind "127.0.0.1:99999": port must be 0-65535`}},
 		{"every problem at once", []string{"agent", "--node-id", "a b", "--bind", "x", "--gossip-bind", "y:z",
 			"--advertise", ":7400", "--join", "h:1,bad", "--http", "h", "--raft-timing", "slow", "--log-format", "xml",
 			"--log-level", "loud", "--load", "k:0", "--load", ":3", "--load-mode", "alone", "--voters", "9"}, nil, 1, []string{
 			`--node-id: fsm: invalid id "a b": contains whitespace`,
 			"--data-dir: required",
-			`--bind "x": must be HOST:PORT`,
-			`--gossip-bind "y:z": port must be a number`,
+			`--bind "x": must be host:port`,
+			`--gossip-bind "y:z": port must be 0-65535`,
 			`--advertise ":7400": must name a host`,
 			`--join "bad": must be HOST:PORT`,
 			`--http "h": must be HOST:PORT (or "off")`,
@@ -104,16 +101,16 @@ func TestAgent_ConfigErrors(t *testing.T) {
 			`--load "k:0": concurrency 0 must be 1-10000`,
 			`--load ":3": fsm: invalid key "": must not be empty`,
 			`--load-mode "alone": must be raft or solo`,
-			`--voters 9: must be 1-5`,
+			`--voters "9": must be 1-5`,
 		}},
 		{"timeline without load", append(slices.Clone(base), "--data-dir", dir, "--timeline", filepath.Join(dir, "tl")), nil, 1, []string{
 			"--timeline: only meaningful with --load"}},
 		{"node validation", append(slices.Clone(base), "--data-dir", dir, "--bootstrap-expect", "100"), nil, 1, []string{
-			"raftpace: agent: invalid configuration:\n  invalid config: BootstrapExpect \"100\": must be 0-64"}},
+			"raftpace: agent: invalid configuration:\n  --bootstrap-expect \"100\": must be 0-64"}},
 		{"env", []string{"agent"}, map[string]string{
 			"RAFTPACE_DATA_DIR": dir, "RAFTPACE_NODE_ID": "t1", "RAFTPACE_BIND": "bad-from-env",
 			"RAFTPACE_GOSSIP_BIND": "127.0.0.1:0", "RAFTPACE_HTTP": "off"}, 1, []string{
-			`--bind "bad-from-env": must be HOST:PORT`}},
+			`--bind "bad-from-env": must be host:port`}},
 		{"env bad number", []string{"agent"}, map[string]string{"RAFTPACE_BOOTSTRAP_EXPECT": "x"}, 2, []string{
 			`RAFTPACE_BOOTSTRAP_EXPECT="x": parse error`}},
 		{"flag wins over env", append(slices.Clone(base), "--data-dir", dir, "--bind", "nope"),
@@ -228,27 +225,8 @@ func TestParseLoad(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || s.key != tc.key || s.concurrency != tc.conc {
+		if err != nil || s.Key != tc.key || s.Concurrency != tc.conc {
 			t.Errorf("parseLoad(%q) = %+v, %v", tc.in, s, err)
 		}
-	}
-}
-
-func TestSoloPacer(t *testing.T) {
-	t.Parallel()
-	p := &soloPacer{epoch: time.Now()}
-	lim := fsm.Limit{Rate: 10, Burst: 3}
-	// A burst of 3 goes at once, then one every 100ms.
-	var waits []time.Duration
-	for range 5 {
-		waits = append(waits, p.reserve(lim))
-	}
-	for i, w := range waits[:3] {
-		if w > 10*time.Millisecond {
-			t.Errorf("burst event %d waits %v", i, w)
-		}
-	}
-	if waits[3] < 50*time.Millisecond || waits[4] < waits[3]+90*time.Millisecond {
-		t.Errorf("waits after the burst: %v", waits)
 	}
 }

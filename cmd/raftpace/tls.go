@@ -1,22 +1,14 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/base64"
-	"encoding/pem"
-	"errors"
 	"fmt"
-	"math/big"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/certs"
 )
 
 const tlsUsage = `Usage: raftpace tls init [--dir DIR] [--force]
@@ -45,12 +37,6 @@ Then, on every node:
   raftpace agent --tls-ca DIR/ca.pem --tls-cert DIR/NAME.pem \
     --tls-key DIR/NAME-key.pem --gossip-key-file DIR/gossip.key ...
 `
-
-// Validity of what tls writes.
-const (
-	caValidity   = 10 * 365 * 24 * time.Hour
-	nodeValidity = 3 * 365 * 24 * time.Hour
-)
 
 // tlsNameRE is what tls node accepts as NAME: it becomes a file name.
 var tlsNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -107,23 +93,23 @@ func (c *cli) tlsInit(args []string) error {
 	if err := f.noArgs(pos); err != nil {
 		return err
 	}
-	ca, err := newClusterCA()
+	ca, err := certs.NewCA()
 	if err != nil {
 		return fmt.Errorf("tls init: %w", err)
 	}
-	gossip, err := newGossipKey()
+	gossip, err := certs.NewGossipKey()
 	if err != nil {
 		return fmt.Errorf("tls init: %w", err)
 	}
-	files := []secretFile{
-		{name: "ca.pem", data: ca.certPEM, mode: 0o644},
-		{name: "ca-key.pem", data: ca.keyPEM, mode: 0o600},
-		{name: "gossip.key", data: []byte(gossip + "\n"), mode: 0o600},
+	files := []certs.File{
+		{Name: "ca.pem", Data: ca.CertPEM, Mode: 0o644},
+		{Name: "ca-key.pem", Data: ca.KeyPEM, Mode: 0o600},
+		{Name: "gossip.key", Data: []byte(gossip + "\n"), Mode: 0o600},
 	}
-	if err := writeSecretFiles(*dir, files, *force); err != nil {
+	if err := certs.WriteFiles(*dir, files, *force); err != nil {
 		return fmt.Errorf("tls init: %w", err)
 	}
-	fmt.Fprintf(c.stdout, "wrote %s (the cluster CA %q: every node's --tls-ca)\n", filepath.Join(*dir, "ca.pem"), ca.cert.Subject.CommonName)
+	fmt.Fprintf(c.stdout, "wrote %s (the cluster CA %q: every node's --tls-ca)\n", filepath.Join(*dir, "ca.pem"), ca.Name())
 	fmt.Fprintf(c.stdout, "wrote %s (the CA's private key: keep it offline; only 'tls node' needs it)\n", filepath.Join(*dir, "ca-key.pem"))
 	fmt.Fprintf(c.stdout, "wrote %s (every node's --gossip-key-file)\n", filepath.Join(*dir, "gossip.key"))
 	fmt.Fprintf(c.stdout, "next: raftpace tls node NAME --dir %s, once per node\n", *dir)
@@ -147,270 +133,24 @@ func (c *cli) tlsNode(args []string) error {
 	if !tlsNameRE.MatchString(name) || name == "ca" || name == "ca-key" || name == "gossip" {
 		return f.usageError("NAME %q: must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit, and not ca, ca-key or gossip", name)
 	}
-	ca, err := loadClusterCA(*dir)
+	ca, err := certs.LoadCA(*dir)
 	if err != nil {
 		return fmt.Errorf("tls node: %w", err)
 	}
-	certPEM, keyPEM, err := ca.issue(name)
+	certPEM, keyPEM, err := ca.Issue(name)
 	if err != nil {
 		return fmt.Errorf("tls node: %w", err)
 	}
-	files := []secretFile{
-		{name: name + ".pem", data: certPEM, mode: 0o644},
-		{name: name + "-key.pem", data: keyPEM, mode: 0o600},
+	files := []certs.File{
+		{Name: name + ".pem", Data: certPEM, Mode: 0o644},
+		{Name: name + "-key.pem", Data: keyPEM, Mode: 0o600},
 	}
-	if err := writeSecretFiles(*dir, files, *force); err != nil {
+	if err := certs.WriteFiles(*dir, files, *force); err != nil {
 		return fmt.Errorf("tls node: %w", err)
 	}
 	cert, key := filepath.Join(*dir, name+".pem"), filepath.Join(*dir, name+"-key.pem")
-	fmt.Fprintf(c.stdout, "wrote %s and %s (CN=%s, valid until %s)\n", cert, key, name, time.Now().Add(nodeValidity).Format("2006-01-02"))
+	fmt.Fprintf(c.stdout, "wrote %s and %s (CN=%s, valid until %s)\n", cert, key, name, time.Now().Add(certs.NodeValidity).Format("2006-01-02"))
 	fmt.Fprintf(c.stdout, "agent flags: --tls-ca %s --tls-cert %s --tls-key %s --gossip-key-file %s\n",
 		filepath.Join(*dir, "ca.pem"), cert, key, filepath.Join(*dir, "gossip.key"))
 	return nil
-}
-
-// clusterCA is a CA certificate with its key.
-type clusterCA struct {
-	cert            *x509.Certificate
-	key             *ecdsa.PrivateKey
-	certPEM, keyPEM []byte
-}
-
-// newClusterCA makes a self-signed ECDSA P-256 CA.
-func newClusterCA() (*clusterCA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	serial, err := randomSerial()
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	// A name of its own, so that messages about two CAs tell them apart.
-	name := "raftpace cluster CA " + shortID(serial)
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: name, Organization: []string{"raftpace"}},
-		NotBefore:             now.Add(-time.Hour), // some clock skew between hosts
-		NotAfter:              now.Add(caValidity),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		MaxPathLenZero:        true, // signs node certificates only
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	keyPEM, err := encodeKey(key)
-	if err != nil {
-		return nil, err
-	}
-	return &clusterCA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM: keyPEM}, nil
-}
-
-// loadClusterCA reads ca.pem and ca-key.pem from dir.
-func loadClusterCA(dir string) (*clusterCA, error) {
-	certFile, keyFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")
-	certPEM, err := os.ReadFile(certFile)
-	if err != nil {
-		return nil, fmt.Errorf("reading the CA: %w (run 'raftpace tls init --dir %s' first)", err, dir)
-	}
-	keyPEM, err := os.ReadFile(keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("reading the CA's key: %w", err)
-	}
-	b, _ := pem.Decode(certPEM)
-	if b == nil || b.Type != "CERTIFICATE" {
-		return nil, fmt.Errorf("%s: no PEM CERTIFICATE block", certFile)
-	}
-	cert, err := x509.ParseCertificate(b.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", certFile, err)
-	}
-	if !cert.IsCA {
-		return nil, fmt.Errorf("%s: not a CA certificate", certFile)
-	}
-	kb, _ := pem.Decode(keyPEM)
-	if kb == nil {
-		return nil, fmt.Errorf("%s: no PEM block", keyFile)
-	}
-	var key *ecdsa.PrivateKey
-	switch kb.Type {
-	case "PRIVATE KEY":
-		k, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", keyFile, err)
-		}
-		ek, ok := k.(*ecdsa.PrivateKey)
-		if !ok {
-			return nil, fmt.Errorf("%s: a %T, want an ECDSA key", keyFile, k)
-		}
-		key = ek
-	case "EC PRIVATE KEY":
-		if key, err = x509.ParseECPrivateKey(kb.Bytes); err != nil {
-			return nil, fmt.Errorf("%s: %w", keyFile, err)
-		}
-	default:
-		return nil, fmt.Errorf("%s: PEM block %q, want PRIVATE KEY", keyFile, kb.Type)
-	}
-	if pub, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
-		return nil, fmt.Errorf("%s does not belong to the CA certificate %s", keyFile, certFile)
-	}
-	return &clusterCA{cert: cert, key: key, certPEM: certPEM, keyPEM: keyPEM}, nil
-}
-
-// issue signs a node certificate for name: CN=name, serverAuth and
-// clientAuth, valid nodeValidity (never past the CA).
-func (ca *clusterCA) issue(name string) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := randomSerial()
-	if err != nil {
-		return nil, nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: name, Organization: []string{"raftpace"}},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(nodeValidity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	if ca.cert.NotAfter.Before(tmpl.NotAfter) {
-		tmpl.NotAfter = ca.cert.NotAfter // never past the CA
-	}
-	if tmpl.NotAfter.Before(now) {
-		return nil, nil, fmt.Errorf("the CA expired on %s", ca.cert.NotAfter.Format(time.DateOnly))
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		return nil, nil, err
-	}
-	if keyPEM, err = encodeKey(key); err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
-}
-
-func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-// shortID is the first 8 hex digits of n.
-func shortID(n *big.Int) string {
-	id := n.Text(16)
-	return id[:min(8, len(id))]
-}
-
-func randomSerial() (*big.Int, error) {
-	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-}
-
-// newGossipKey returns the base64 of 32 random bytes.
-func newGossipKey() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return base64.StdEncoding.EncodeToString(b), nil
-}
-
-// secretFile is one file tls writes.
-type secretFile struct {
-	name string
-	data []byte
-	mode os.FileMode
-}
-
-// writeSecretFiles writes files into dir (created 0700 if missing), each
-// through a temporary file renamed into place with its mode already set.
-// Unless force, it refuses, before writing anything, if any file exists.
-func writeSecretFiles(dir string, files []secretFile, force bool) error {
-	if !force {
-		var exist []string
-		for _, f := range files {
-			p := filepath.Join(dir, f.name)
-			if _, err := os.Lstat(p); err == nil {
-				exist = append(exist, p)
-			} else if !errors.Is(err, os.ErrNotExist) {
-				return err
-			}
-		}
-		if len(exist) > 0 {
-			return fmt.Errorf("refusing to overwrite %s (use --force to replace)", strings.Join(exist, ", "))
-		}
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	for _, f := range files {
-		if err := writeFileMode(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func writeFileMode(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
-}
-
-// writeThrowawaySecurity writes, in dir, a new CA, a certificate for each
-// name and a gossip key, for a cluster that lives as long as dir (the demo).
-// It returns the gossip key file.
-func writeThrowawaySecurity(dir string, names []string) (gossipKeyFile string, err error) {
-	ca, err := newClusterCA()
-	if err != nil {
-		return "", err
-	}
-	gossip, err := newGossipKey()
-	if err != nil {
-		return "", err
-	}
-	// The CA's key is not written: nothing else will be signed.
-	files := []secretFile{{name: "ca.pem", data: ca.certPEM, mode: 0o644}, {name: "gossip.key", data: []byte(gossip + "\n"), mode: 0o600}}
-	for _, n := range names {
-		c, k, err := ca.issue(n)
-		if err != nil {
-			return "", err
-		}
-		files = append(files, secretFile{name: n + ".pem", data: c, mode: 0o644}, secretFile{name: n + "-key.pem", data: k, mode: 0o600})
-	}
-	if err := writeSecretFiles(dir, files, false); err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "gossip.key"), nil
 }

@@ -123,11 +123,11 @@ func TestAgent_SecurityConfigErrors(t *testing.T) {
 		want []string
 	}{
 		{"partial TLS", []string{"--http", "off", "--tls-cert", a("n1.pem")}, nil, []string{
-			"--tls-ca, --tls-cert and --tls-key go together (--tls-cert given, --tls-ca, --tls-key missing)"}},
+			"--tls-ca, --tls-cert and --tls-key must be given together (--tls-cert given, --tls-ca, --tls-key missing)"}},
 		{"certificate of another CA", []string{"--http", "off", "--tls-ca", b("ca.pem"), "--tls-cert", a("n1.pem"), "--tls-key", a("n1-key.pem")}, nil, []string{
-			"invalid config: TLS: certificate", a("n1.pem"), b("ca.pem"), "not signed by the cluster CA", "unknown authority"}},
+			"invalid configuration:\n  TLS: certificate", a("n1.pem"), b("ca.pem"), "not signed by the cluster CA", "unknown authority"}},
 		{"bad gossip key", []string{"--http", "off", "--gossip-key-file", a("ca.pem")}, nil, []string{
-			"GossipKeyFile", a("ca.pem"), "base64"}},
+			`--gossip-key-file "` + a("ca.pem"), "base64"}},
 		{"http on every interface without a token", []string{"--http", "0.0.0.0:0"}, nil, []string{
 			`--http "0.0.0.0:0" on a non-loopback address needs --http-token-file`}},
 		{"http without host", []string{"--http", ":0"}, nil, []string{`--http ":0" on a non-loopback address`}},

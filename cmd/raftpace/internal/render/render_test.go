@@ -1,4 +1,4 @@
-package main
+package render
 
 import (
 	"bytes"
@@ -29,7 +29,7 @@ func sampleStatus() node.Status {
 
 func TestPrintStatus_Leader(t *testing.T) {
 	var b bytes.Buffer
-	printStatus(&b, sampleStatus())
+	Status(&b, sampleStatus())
 	out := b.String()
 	t.Logf("\n%s", out)
 	for _, want := range []string{
@@ -60,7 +60,7 @@ func TestPrintStatus_Follower(t *testing.T) {
 	}
 	st.Members[1].Mode = "local"
 	var b bytes.Buffer
-	printStatus(&b, st)
+	Status(&b, st)
 	out := b.String()
 	for _, want := range []string{
 		"Mode:           local, ready\n",

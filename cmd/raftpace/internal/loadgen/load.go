@@ -1,4 +1,14 @@
-package main
+// Package loadgen is the load generator of raftpace's agent, demo and
+// bench worker: goroutines that reserve events for keys in a loop (closed
+// loop, or open loop at a given arrival rate), sleep until each event's
+// slot and record it (in a timeline file, or only counted), measuring the
+// latency of every reservation call; and, for the refusal gate and the
+// concurrency caps, goroutines that GET URLs through client.Transport or
+// hold slots. It promises that Start and StartGate return at once and that
+// their wait functions return only after every goroutine they started has
+// ended; every event a Recorder receives was admitted by the pacer it ran
+// against. It knows nothing of flags: its callers name them in messages.
+package loadgen
 
 import (
 	"context"
@@ -13,29 +23,27 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/bench"
 	"github.com/raftpace/raftpace/client"
-	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/internal/gcra"
 )
 
-// recorder receives every admitted event. *timeline.Writer is one.
-type recorder interface {
+// Recorder receives every admitted event. *timeline.Writer is one.
+type Recorder interface {
 	Record(key string, at time.Time) error
 }
 
-// countOnly records nothing (load without --timeline).
-type countOnly struct{}
+// CountOnly records nothing (a load without a timeline).
+type CountOnly struct{}
 
-func (countOnly) Record(string, time.Time) error { return nil }
+func (CountOnly) Record(string, time.Time) error { return nil }
 
-// loadNode is what the load generator needs from a node.
-type loadNode interface {
+// Node is what the load generator needs from a node.
+type Node interface {
 	client.Backend
 	WaitForLeader(ctx context.Context) (string, error)
 }
 
-// reserver grants reservations: *client.Client (raftpace), the solo pacer,
+// Reserver grants reservations: *client.Client (raftpace), the solo pacer,
 // and the bench's pacers (Postgres, Redis, x/time/rate, gubernator).
-type reserver interface {
+type Reserver interface {
 	ReserveN(ctx context.Context, key string, n int, maxWait time.Duration) (client.Reservation, error)
 	Forfeit(client.Reservation)
 }
@@ -47,66 +55,39 @@ const (
 	maxErrorBackoff = time.Second
 )
 
-// loadOptions are the load generator's settings beyond the keys.
-type loadOptions struct {
-	// rate, when positive, makes the load open-loop: arrivals at rate per
+// Options are the load generator's settings beyond the keys.
+type Options struct {
+	// Rate, when positive, makes the load open-loop: arrivals at Rate per
 	// second per key, evenly spaced, handed to the key's workers through a
 	// bounded queue; an arrival that finds the queue full is shed. Zero:
 	// closed loop, each worker reserves again as soon as it has admitted.
-	rate float64
-	// maxWait is the longest wait an open-loop worker accepts; a longer
+	Rate float64
+	// MaxWait is the longest wait an open-loop worker accepts; a longer
 	// one is refused by the pacer (shed, nothing consumed).
-	maxWait time.Duration
-	// duration, when positive, stops each key's load that long after it
+	MaxWait time.Duration
+	// Duration, when positive, stops each key's load that long after it
 	// started (its limit known); zero runs until the context ends.
-	duration time.Duration
-	// grace is the use-by allowance of the solo pacer's slots.
-	grace time.Duration
-	// keyDone, if set, is called each time a key's load has ended (its
-	// duration passed), from that key's goroutine.
-	keyDone func(*loadRun)
+	Duration time.Duration
+	// Grace is the use-by allowance of the solo pacer's slots.
+	Grace time.Duration
+	// KeyDone, if set, is called each time a key's load has ended (its
+	// Duration passed), from that key's goroutine.
+	KeyDone func(*Run)
 }
 
-// loadTarget is what the load runs against.
-type loadTarget struct {
-	res reserver
-	// ready blocks until reservations may start (a leader is known) and
+// Target is what the load runs against.
+type Target struct {
+	Res Reserver
+	// Ready blocks until reservations may start (a leader is known) and
 	// returns a description for the log; nil starts at once.
-	ready func(ctx context.Context) (string, error)
-	// limitKnown reports whether key has a limit yet; a key's load waits
+	Ready func(ctx context.Context) (string, error)
+	// LimitKnown reports whether key has a limit yet; a key's load waits
 	// (polling locally) until it has. nil: every key has one.
-	limitKnown func(ctx context.Context, key string) bool
+	LimitKnown func(ctx context.Context, key string) bool
 }
 
-// startLoad runs the load of specs against n until ctx ends and returns a
-// function that waits for every load goroutine to finish. Nothing starts
-// before n knows a leader. In mode "solo" each key is paced by a local GCRA
-// at its full replicated limit, without asking the leader: coordination
-// turned off, for showing that a ceiling test can fail.
-func startLoad(ctx context.Context, n loadNode, specs []loadSpec, mode string, rec recorder, log *slog.Logger) (wait func()) {
-	r := runLoad(ctx, nodeTarget(n, mode, defaultUseGrace), specs, loadOptions{}, rec, log.With("load_mode", mode))
-	return r.wait
-}
-
-// nodeTarget is the load target of an agent: the node through a client, or
-// in mode "solo" a local pacer per key at the node's replicated limit.
-func nodeTarget(n loadNode, mode string, grace time.Duration) loadTarget {
-	t := loadTarget{
-		res:   client.New(n),
-		ready: n.WaitForLeader,
-		limitKnown: func(ctx context.Context, key string) bool {
-			_, err := n.Limit(ctx, key)
-			return !errors.Is(err, raftpace.ErrUnknownKey)
-		},
-	}
-	if mode == "solo" {
-		t.res = &soloReserver{n: n, grace: grace, pacers: map[string]*soloPacer{}}
-	}
-	return t
-}
-
-// loadRun is a running load: per key, its workers and its counters.
-type loadRun struct {
+// Run is a running load: per key, its workers and its counters.
+type Run struct {
 	wg   sync.WaitGroup
 	done chan struct{} // closed when every key's load has ended
 	keys []*keyLoad
@@ -114,7 +95,7 @@ type loadRun struct {
 
 // keyLoad is one key's load and what it measured.
 type keyLoad struct {
-	spec loadSpec
+	spec Spec
 	// lat times the reservation calls (the paced sleep excluded): one
 	// histogram per worker (up to maxLatShards, then shared), merged for
 	// the report, so that timing does not make the workers contend.
@@ -127,12 +108,13 @@ type keyLoad struct {
 	from, to  atomic.Int64 // unix ns
 }
 
-// runLoad starts the load of specs against t and returns at once.
-func runLoad(ctx context.Context, t loadTarget, specs []loadSpec, o loadOptions, rec recorder, log *slog.Logger) *loadRun {
-	r := &loadRun{done: make(chan struct{})}
+// Start starts the load of specs against t and returns at once; rec
+// receives every admitted event.
+func Start(ctx context.Context, t Target, specs []Spec, o Options, rec Recorder, log *slog.Logger) *Run {
+	r := &Run{done: make(chan struct{})}
 	for _, s := range specs {
 		k := &keyLoad{spec: s}
-		for range min(s.concurrency, maxLatShards) {
+		for range min(s.Concurrency, maxLatShards) {
 			k.lat = append(k.lat, new(bench.Histogram))
 		}
 		r.keys = append(r.keys, k)
@@ -140,9 +122,9 @@ func runLoad(ctx context.Context, t loadTarget, specs []loadSpec, o loadOptions,
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		if t.ready != nil {
+		if t.Ready != nil {
 			log.Info("load: waiting for a leader")
-			leader, err := t.ready(ctx)
+			leader, err := t.Ready(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
 					log.Error("load: no leader; load not started", "err", err)
@@ -155,9 +137,9 @@ func runLoad(ctx context.Context, t loadTarget, specs []loadSpec, o loadOptions,
 			r.wg.Add(1)
 			go func() {
 				defer r.wg.Done()
-				k.run(ctx, t, o, rec, log.With("key", k.spec.key))
-				if o.keyDone != nil && ctx.Err() == nil {
-					o.keyDone(r)
+				k.run(ctx, t, o, rec, log.With("key", k.spec.Key))
+				if o.KeyDone != nil && ctx.Err() == nil {
+					o.KeyDone(r)
 				}
 			}()
 		}
@@ -169,16 +151,19 @@ func runLoad(ctx context.Context, t loadTarget, specs []loadSpec, o loadOptions,
 	return r
 }
 
-// wait blocks until every load goroutine has ended (after ctx ends, or
+// Wait blocks until every load goroutine has ended (after ctx ends, or
 // each key's duration has passed).
-func (r *loadRun) wait() { <-r.done }
+func (r *Run) Wait() { <-r.done }
 
-// report summarises the load per key.
-func (r *loadRun) report(nodeID string) *bench.LoadReport {
+// Done is closed when every load goroutine has ended.
+func (r *Run) Done() <-chan struct{} { return r.done }
+
+// Report summarises the load per key.
+func (r *Run) Report(nodeID string) *bench.LoadReport {
 	rep := &bench.LoadReport{Node: nodeID, PID: os.Getpid(), Keys: map[string]*bench.KeyLoad{}}
 	for _, k := range r.keys {
 		kl := &bench.KeyLoad{
-			Concurrency: k.spec.concurrency,
+			Concurrency: k.spec.Concurrency,
 			Admitted:    k.admitted.Load(),
 			ShedQueue:   k.shedQueue.Load(),
 			Forfeited:   k.forfeited.Load(),
@@ -192,42 +177,42 @@ func (r *loadRun) report(nodeID string) *bench.LoadReport {
 			lat.Merge(h)
 		}
 		kl.SetLatency(&lat)
-		rep.Keys[k.spec.key] = kl
+		rep.Keys[k.spec.Key] = kl
 	}
 	return rep
 }
 
 // run is one key's load: wait for its limit, then run its workers until
 // ctx ends or the duration has passed.
-func (k *keyLoad) run(ctx context.Context, t loadTarget, o loadOptions, rec recorder, log *slog.Logger) {
-	if t.limitKnown != nil && !t.limitKnown(ctx, k.spec.key) {
+func (k *keyLoad) run(ctx context.Context, t Target, o Options, rec Recorder, log *slog.Logger) {
+	if t.LimitKnown != nil && !t.LimitKnown(ctx, k.spec.Key) {
 		log.Info("load: no limit set for the key yet; waiting")
-		for !t.limitKnown(ctx, k.spec.key) {
+		for !t.LimitKnown(ctx, k.spec.Key) {
 			if !sleep(ctx, limitPoll) {
 				return
 			}
 		}
 	}
 	kctx, cancel := ctx, context.CancelFunc(func() {})
-	if o.duration > 0 {
-		kctx, cancel = context.WithTimeout(ctx, o.duration)
+	if o.Duration > 0 {
+		kctx, cancel = context.WithTimeout(ctx, o.Duration)
 	}
 	defer cancel()
 	k.from.Store(time.Now().UnixNano())
 	errs := &throttledLog{logger: log, every: time.Second}
 	var wg sync.WaitGroup
 	var queue chan struct{}
-	if o.rate > 0 {
+	if o.Rate > 0 {
 		// Room for the workers plus 2ms of arrivals (the generator wakes
 		// about once a millisecond at high rates).
-		queue = make(chan struct{}, k.spec.concurrency+int(math.Ceil(o.rate*0.002)))
-		wg.Go(func() { arrivals(kctx, o.rate, queue, &k.shedQueue) })
+		queue = make(chan struct{}, k.spec.Concurrency+int(math.Ceil(o.Rate*0.002)))
+		wg.Go(func() { arrivals(kctx, o.Rate, queue, &k.shedQueue) })
 	}
-	for i := range k.spec.concurrency {
-		w := &loadWorker{key: k.spec.key, res: t.res, rec: rec, k: k, lat: k.lat[i%len(k.lat)], errs: errs}
+	for i := range k.spec.Concurrency {
+		w := &loadWorker{key: k.spec.Key, res: t.Res, rec: rec, k: k, lat: k.lat[i%len(k.lat)], errs: errs}
 		wg.Go(func() {
 			if queue != nil {
-				w.open(kctx, queue, o.maxWait)
+				w.open(kctx, queue, o.MaxWait)
 			} else {
 				w.closed(kctx)
 			}
@@ -269,8 +254,8 @@ const maxLatShards = 64
 // loadWorker is one load goroutine's view of its key.
 type loadWorker struct {
 	key  string
-	res  reserver
-	rec  recorder
+	res  Reserver
+	rec  Recorder
 	k    *keyLoad
 	lat  *bench.Histogram
 	errs *throttledLog
@@ -373,85 +358,6 @@ func (w *loadWorker) failed(ctx context.Context, err error, backoff *time.Durati
 	ok := sleep(ctx, *backoff)
 	*backoff = min(2**backoff, maxErrorBackoff)
 	return ok
-}
-
-// defaultUseGrace is node.Config's default UseGrace.
-const defaultUseGrace = 50 * time.Millisecond
-
-// noDeadline is the maximum wait of a closed-loop reservation (client.Wait's
-// without a context deadline).
-const noDeadline = 10 * time.Minute
-
-// soloReserver is --load-mode solo: each key paced by a local GCRA at its
-// replicated limit, never asking the leader.
-type soloReserver struct {
-	n     loadNode
-	grace time.Duration
-
-	mu     sync.Mutex
-	pacers map[string]*soloPacer
-}
-
-func (s *soloReserver) ReserveN(ctx context.Context, key string, n int, maxWait time.Duration) (client.Reservation, error) {
-	lim, err := s.n.Limit(ctx, key)
-	if err != nil {
-		return client.Reservation{}, err
-	}
-	s.mu.Lock()
-	p := s.pacers[key]
-	if p == nil {
-		p = &soloPacer{epoch: time.Now()}
-		s.pacers[key] = p
-	}
-	s.mu.Unlock()
-	now := time.Now()
-	d, ok := p.reserveWithin(lim, n, maxWait)
-	if !ok {
-		return client.Reservation{}, &client.LimitExceededError{Key: key, Wait: d, MaxWait: maxWait}
-	}
-	at := now.Add(d)
-	return client.Reservation{At: at, UseBy: at.Add(s.grace)}, nil
-}
-
-func (s *soloReserver) Forfeit(client.Reservation) {}
-
-// soloPacer is a local GCRA on this process's monotonic clock, shared by
-// the goroutines of one key.
-type soloPacer struct {
-	epoch time.Time
-
-	mu     sync.Mutex
-	lim    fsm.Limit
-	params gcra.Params
-	tat    int64
-}
-
-// reserve takes the next slot and returns how long to wait for it.
-func (p *soloPacer) reserve(lim fsm.Limit) time.Duration {
-	d, _ := p.reserveWithin(lim, 1, noDeadline)
-	return d
-}
-
-// reserveWithin takes n slots if the wait for them is at most maxWait and
-// returns the wait; otherwise it takes nothing and returns the wait with
-// false.
-func (p *soloPacer) reserveWithin(lim fsm.Limit, n int, maxWait time.Duration) (time.Duration, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if lim != p.lim {
-		p.lim = lim
-		p.params = gcra.NewParams(int64(lim.Interval()), lim.Burst)
-	}
-	now := int64(time.Since(p.epoch))
-	start, tat, err := gcra.Reserve(p.tat, p.params, now, n)
-	if err != nil { // n above the burst
-		return maxWait + 1, false
-	}
-	if d := time.Duration(start - now); d > maxWait {
-		return d, false
-	}
-	p.tat = tat
-	return time.Duration(start - now), true
 }
 
 // sleep waits d or until ctx ends; it reports whether d elapsed.

@@ -1,0 +1,109 @@
+package loadgen
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/atomicfile"
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/timeline"
+)
+
+// Spec is one key's load: Concurrency goroutines reserving for Key.
+type Spec struct {
+	Key         string
+	Concurrency int
+}
+
+// MaxConcurrency bounds the goroutines of one key, URL or slot group.
+const MaxConcurrency = 10000
+
+// ParseSpec splits KEY[:CONCURRENCY]: the part after the last ':' is the
+// concurrency when it is a number (default 1).
+func ParseSpec(v string) (Spec, error) {
+	s := Spec{Key: v, Concurrency: 1}
+	if i := strings.LastIndexByte(v, ':'); i >= 0 {
+		if c, err := strconv.Atoi(v[i+1:]); err == nil {
+			s.Key, s.Concurrency = v[:i], c
+		}
+	}
+	if err := fsm.ValidateKey(s.Key); err != nil {
+		return s, err
+	}
+	if s.Concurrency < 1 || s.Concurrency > MaxConcurrency {
+		return s, fmt.Errorf("concurrency %d must be 1-%d", s.Concurrency, MaxConcurrency)
+	}
+	return s, nil
+}
+
+// Config is a load as an operator describes it, beyond its keys: how
+// arrivals come, where admitted events and the report go.
+type Config struct {
+	Rate           float64       // Options.Rate
+	MaxWait        time.Duration // Options.MaxWait
+	Duration       time.Duration // Options.Duration
+	Timeline       string        // the timeline file, "" for none
+	TimelineBuffer bool          // append the timeline in batches
+	Report         string        // the load report file, "" for none
+}
+
+// Options returns the load's options. With a Report and a Duration, the
+// report is rewritten each time a key's load ends, so that a benchmark can
+// read a key's figures while the process runs on; failures go to log.
+func (c Config) Options(grace time.Duration, nodeID string, log *slog.Logger) Options {
+	o := Options{Rate: c.Rate, MaxWait: c.MaxWait, Duration: c.Duration, Grace: grace}
+	if c.Report != "" && c.Duration > 0 {
+		var mu sync.Mutex
+		o.KeyDone = func(r *Run) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err := c.WriteReport(r, nodeID); err != nil {
+				log.Error("writing the load report", "err", err)
+			}
+		}
+	}
+	return o
+}
+
+// TimelineRecorder records admitted events to a timeline file.
+type TimelineRecorder interface {
+	Recorder
+	Close() error
+}
+
+// OpenTimeline opens the timeline for nodeID: a timeline.Writer (one
+// write(2) per event), or with TimelineBuffer a buffered one. It returns
+// nil without a Timeline.
+func (c Config) OpenTimeline(nodeID string) (TimelineRecorder, error) {
+	if c.Timeline == "" {
+		return nil, nil
+	}
+	w, err := timeline.NewWriter(c.Timeline, nodeID)
+	if err != nil || !c.TimelineBuffer {
+		return w, err
+	}
+	// NewWriter has checked the node id and the file's last line.
+	w.Close()
+	return newBufferedTimeline(c.Timeline, nodeID, timelineFlushEvery)
+}
+
+// WriteReport writes the Report file, if one is set, replacing it whole.
+func (c Config) WriteReport(r *Run, nodeID string) error {
+	if c.Report == "" || r == nil {
+		return nil
+	}
+	rep := r.Report(nodeID)
+	for _, k := range rep.Keys {
+		k.Rate = c.Rate
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(c.Report, append(b, '\n'), 0o644)
+}
