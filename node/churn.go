@@ -51,7 +51,7 @@ func (n *Node) Leave(ctx context.Context) error {
 		return fmt.Errorf("node: leave: %w: already leaving", raftpace.ErrInvalidRequest)
 	}
 	begin := time.Now()
-	busy := n.fallback.depart()
+	busy := n.fallback.Depart()
 	n.log.Info("leaving the cluster: admitting nothing more", "fallback_busy", busy)
 	if n.leading() {
 		n.handOver()
@@ -73,7 +73,7 @@ func (n *Node) Leave(ctx context.Context) error {
 	}
 	if err != nil {
 		n.departing.Store(false)
-		n.fallback.undepart()
+		n.fallback.Undepart()
 		n.gossip.RejoinGossip()
 		if !errors.Is(err, ErrLastVoter) {
 			n.log.Error("leave failed: still a member, admitting again", "err", err)

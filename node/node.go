@@ -15,6 +15,7 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/fallback"
 	"github.com/raftpace/raftpace/node/gate"
 	"github.com/raftpace/raftpace/node/pacer"
 	"github.com/raftpace/raftpace/node/shares"
@@ -38,7 +39,7 @@ type Node struct {
 	pacer    *pacer.Pacer
 	leases   *leaseCache
 	shares   *shares.Shares
-	fallback *fallback
+	fallback *fallback.Fallback
 	// memberWrites serialises the leader's writers of the replicated member
 	// list (balanceFractions here; syncMembers, forgetReleased and
 	// departSelf in package membership, which is given this lock).
@@ -141,7 +142,7 @@ func (n *Node) start() error {
 	n.leases = newLeaseCache(n)
 	n.shares = shares.New(n.now, cfg.ShareTTL)
 	n.pacer.Shares = n.shares
-	n.fallback = newFallback(n)
+	n.fallback = n.newFallback()
 	n.gate = n.newGate()
 	n.slots = n.newSlots()
 	n.fsm.onMembers = func() { n.shares.SetMembers(n.state.Members()) }
@@ -183,10 +184,10 @@ func (n *Node) start() error {
 	go n.maintainLoop()
 	go n.extendLoop()
 	go n.shareLoop()
-	go func() { defer n.wg.Done(); n.fallback.watch(n.ctx) }()
+	go func() { defer n.wg.Done(); n.fallback.Watch(n.ctx) }()
 	if n.pg != nil {
 		n.wg.Add(1)
-		go func() { defer n.wg.Done(); n.fallback.heartbeatLoop(n.ctx) }()
+		go func() { defer n.wg.Done(); n.fallback.HeartbeatLoop(n.ctx) }()
 		n.wg.Add(1)
 		go n.postgresLoop()
 	}

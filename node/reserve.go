@@ -42,8 +42,8 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 		if err := n.gate.Wait(ctx, key, max(0, time.Until(deadline))); err != nil {
 			return raftpace.Reservation{}, err
 		}
-		if n.fallback.current() != ModeRaft {
-			r, err := n.fallback.reserve(key, count, time.Until(deadline))
+		if n.fallback.Current() != ModeRaft {
+			r, err := n.fallback.Reserve(key, count, time.Until(deadline))
 			switch {
 			case errors.Is(err, errPoolPending):
 				if err := sleepCtx(ctx, n.ctx, 20*time.Millisecond); err != nil {
@@ -72,7 +72,7 @@ var errModeChanged = errors.New("node: admission mode changed")
 // inFallback reports whether the node should stop retrying the leader and
 // serve its callers from its own fallback.
 func (n *Node) inFallback() bool {
-	return n.fallback.current() != ModeRaft && n.ownFraction() > 0
+	return n.fallback.Current() != ModeRaft && n.ownFraction() > 0
 }
 
 // reserveRaft serves a reservation through the leader: from the node's

@@ -71,7 +71,7 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		if _, id := n.raft.LeaderWithID(); string(id) != m.Leader {
 			return nil, fmt.Errorf("node: share renewal from %q, but the leader here is %q", m.Leader, id)
 		}
-		return n.fallback.renew().Encode(), nil
+		return n.fallback.Renew().Encode(), nil
 	case wire.MethodSetLimit:
 		m, err := wire.DecodeSetLimitReq(req)
 		if err == nil {

@@ -46,7 +46,7 @@ func (n *Node) renewShares() {
 			var a wire.ShareAnswer
 			var err error
 			if id == n.cfg.NodeID {
-				a = n.fallback.renew()
+				a = n.fallback.Renew()
 			} else {
 				ctx, cancel := context.WithTimeout(n.ctx, timeout)
 				a, err = n.callShare(ctx, addr)

@@ -67,15 +67,15 @@ func (n *Node) slotView() (map[string]slots.Held, <-chan struct{}) {
 type slotFallback struct{ n *Node }
 
 func (f slotFallback) Active() bool {
-	return f.n.fallback.current() != ModeRaft && f.n.ownFraction() > 0
+	return f.n.fallback.Current() != ModeRaft && f.n.ownFraction() > 0
 }
 
 func (f slotFallback) Acquire(id string, keys []string, ttl time.Duration) (raftpace.Slot, []string, error) {
-	return f.n.fallback.acquireSlots(id, keys, ttl)
+	return f.n.fallback.AcquireSlots(id, keys, ttl)
 }
 
-func (f slotFallback) Release(id string)              { f.n.fallback.releaseSlot(id) }
-func (f slotFallback) InUse(now int64) map[string]int { return f.n.fallback.localSlotsInUse(now) }
+func (f slotFallback) Release(id string)              { f.n.fallback.ReleaseSlot(id) }
+func (f slotFallback) InUse(now int64) map[string]int { return f.n.fallback.LocalSlotsInUse(now) }
 
 // maintainLoop runs the leader's housekeeping of the gate and the caps:
 // clearing expired pauses and reclaiming expired slots.

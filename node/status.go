@@ -179,7 +179,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Leader:       string(leaderID),
 		LeaderAddr:   string(leaderAddr),
 		Granting:     n.pacer.IsLeading(),
-		Mode:         n.fallback.current().String(),
+		Mode:         n.fallback.Current().String(),
 		Fraction:     n.ownFraction(),
 		Term:         term,
 		AppliedIndex: n.state.AppliedIndex(),

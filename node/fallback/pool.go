@@ -1,0 +1,197 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/pgstore"
+)
+
+// The pool registration outlives its last renewal by PoolTTL; a pooled
+// reservation waits at most PoolMaxWait. So the pool's grants that count a
+// member's fraction end by (last renewal answer + PoolTTL + PoolMaxWait +
+// UseGrace): the member hands its fraction to the leader, or paces it
+// locally, only after that.
+const (
+	PoolTTL     = 3 * time.Second
+	PoolMaxWait = time.Second
+)
+
+// tendPool decides pooled or local fallback and renews the registration:
+// joining when the fallback begins (or the pool was lost), renewing every
+// PoolTTL/3, going local when Postgres fails.
+func (fb *Fallback) tendPool(ctx context.Context) {
+	fb.mu.Lock()
+	m := Mode(fb.mode.Load())
+	now := fb.d.Now()
+	retry := m == ModeLocal || (m == ModeStopped && fb.cfg.Witnessed && !fb.departed)
+	if retry && !fb.pending && fb.d.Pool.Reachable() && now-fb.lastTry > int64(5*time.Second) {
+		// Postgres is back: rejoin the pool. Stop granting locally first;
+		// join only once the local slots are past their use-by, or the
+		// pool and this node would both spend the fraction.
+		fb.lastTry = now
+		fb.pending = true
+	}
+	if m == ModeLocal && fb.pending && now < fb.lastSlot+int64(fb.cfg.UseGrace) {
+		fb.mu.Unlock()
+		return // local slots still in use: join at a later tick
+	}
+	due := fb.pending || (m == ModePooled && now > fb.poolUntil-int64(PoolMaxWait)-int64(fb.cfg.UseGrace)-int64(PoolTTL)*2/3)
+	if !due || !fb.poolable(m) {
+		fb.mu.Unlock()
+		return
+	}
+	// Counted under the lock that decided it, so a renewal that leaves
+	// the pool meanwhile knows this join may register again (leavePoolNow).
+	fb.joining++
+	fb.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, joinTimeout)
+	defer cancel()
+	err := fb.d.Pool.Join(cctx, fb.cfg.NodeID, fb.fraction())
+	recv := fb.d.Now()
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	fb.joining--
+	m = Mode(fb.mode.Load())
+	if !fb.poolable(m) {
+		return // a renewal or the budget moved it meanwhile
+	}
+	if errors.Is(err, pgstore.ErrFenced) {
+		fb.licence.Store(0)
+		if !fb.fenced.Swap(true) {
+			fb.d.Log.Error("a leader fenced this member in postgres: the pool refuses it; it spends no fallback fraction until a leader renews its share")
+		}
+	}
+	if err == nil {
+		fb.poolUntil = recv + int64(PoolTTL) + int64(PoolMaxWait) + int64(fb.cfg.UseGrace)
+		fb.pending = false
+		if m != ModePooled {
+			fb.mode.Store(int32(ModePooled))
+			fb.announce(ModePooled)
+		}
+		return
+	}
+	if !fb.poolExpiringLocked(recv) {
+		return // still registered for a while: retry at the next tick
+	}
+	fb.poolLostLocked(err)
+}
+
+// poolable reports whether a node in mode m may (re)join the pool.
+func (fb *Fallback) poolable(m Mode) bool {
+	if fb.departed {
+		return false
+	}
+	return m == ModeLocal || m == ModePooled || (m == ModeStopped && fb.cfg.Witnessed)
+}
+
+// poolExpiringLocked reports whether the registration is gone or within a
+// third of its TTL of expiring. Before that, a failed call to Postgres is
+// retried instead of giving up the pool.
+func (fb *Fallback) poolExpiringLocked(now int64) bool {
+	if Mode(fb.mode.Load()) != ModePooled {
+		return true
+	}
+	regExpiry := fb.poolUntil - int64(PoolMaxWait) - int64(fb.cfg.UseGrace)
+	return now >= regExpiry-int64(PoolTTL)/3
+}
+
+// poolLostLocked moves a pooled (or pending) node to local pacing, which
+// may start only once the pool's grants counting its fraction are over.
+func (fb *Fallback) poolLostLocked(err error) {
+	fb.localFrom = max(fb.localFrom, fb.poolUntil)
+	fb.pending = false
+	if Mode(fb.mode.Load()) != ModeLocal || fb.announced != ModeLocal {
+		fb.mode.Store(int32(ModeLocal))
+		// With the witness, local pacing needs a live licence: advance may
+		// stop the node instead (and says so).
+		if fb.advanceLocked(fb.d.Now()) == ModeLocal {
+			fb.d.Log.Warn("postgres pool unavailable: pacing the fallback fraction locally", "err", err,
+				"local_from_in", time.Duration(max(0, fb.localFrom-fb.d.Now())))
+		}
+	}
+}
+
+// reservePooled reserves from the pool's cursor.
+func (fb *Fallback) reservePooled(key string, lim fsm.Limit, count int, maxWait time.Duration) (raftpace.Reservation, error) {
+	ctx, cancel := context.WithTimeout(fb.d.Ctx, 2*time.Second)
+	defer cancel()
+	sent := fb.d.Now()
+	wait, err := fb.d.Pool.Reserve(ctx, key, lim, count, min(maxWait, PoolMaxWait))
+	recv := fb.d.Now()
+	if err != nil {
+		var le *pgstore.LimitExceededError
+		switch {
+		case errors.As(err, &le):
+			return raftpace.Reservation{}, &raftpace.LimitExceededError{Key: key, Wait: le.Wait, MaxWait: maxWait}
+		case errors.Is(err, pgstore.ErrNotInPool):
+			fb.mu.Lock()
+			fb.pending = true // rejoin at the next tick
+			fb.mu.Unlock()
+			return raftpace.Reservation{}, ErrPoolPending
+		case errors.Is(err, pgstore.ErrInvalid):
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, raftpace.ErrInvalidRequest, err)
+		default:
+			fb.mu.Lock()
+			if fb.poolExpiringLocked(recv) {
+				fb.poolLostLocked(err)
+			}
+			fb.mu.Unlock()
+			return raftpace.Reservation{}, ErrPoolPending
+		}
+	}
+	if recv-sent > int64(fb.cfg.UseGrace) {
+		return raftpace.Reservation{}, ErrPoolPending // arrived too late to use: ask again
+	}
+	fb.mu.Lock()
+	fb.lastSlot = max(fb.lastSlot, recv+int64(wait))
+	fb.mu.Unlock()
+	at := fb.d.Epoch.Add(time.Duration(recv) + wait)
+	return raftpace.Reservation{At: at, UseBy: fb.d.Epoch.Add(time.Duration(sent) + wait + fb.cfg.UseGrace)}, nil
+}
+
+// joinTimeout bounds one JoinPool call (and so how long after it was sent
+// a registration it makes can start).
+const joinTimeout = time.Second
+
+// leavePoolNow leaves the pool on the way back to raft and returns when
+// the pool's grants that counted this node's fraction end (node clock):
+// LeavePool deletes the registration after every reservation that counted
+// it, and reports how far the pool's cursors reach, so they end by its
+// answer plus that plus UseGrace, usually well before the registration's
+// TTL (fallback returns otherwise: ttlEnd). The caller holds fb.mu; the
+// call is bounded by a sixth of ShareTTL, inside the leader's wait for the
+// renewal answer. A JoinPool in flight could register again after the
+// delete: then the TTL rule stands, from the latest such registration.
+func (fb *Fallback) leavePoolNow(ttlEnd int64) int64 {
+	if fb.joining > 0 {
+		fb.leavePoolAsync()
+		return max(ttlEnd, fb.d.Now()+int64(joinTimeout+PoolTTL+PoolMaxWait+fb.cfg.UseGrace))
+	}
+	ctx, cancel := context.WithTimeout(fb.d.Ctx, fb.cfg.ShareTTL/6)
+	defer cancel()
+	busy, err := fb.d.Pool.LeaveBusy(ctx, fb.cfg.NodeID)
+	if err != nil {
+		fb.d.Log.Debug("leave pool", "err", err)
+		fb.leavePoolAsync()
+		return ttlEnd
+	}
+	return fb.d.Now() + int64(busy+fb.cfg.UseGrace)
+}
+
+// leavePoolAsync removes the registration (best effort: it expires anyway).
+func (fb *Fallback) leavePoolAsync() {
+	fb.d.WG.Add(1)
+	go func() {
+		defer fb.d.WG.Done()
+		ctx, cancel := context.WithTimeout(fb.d.Ctx, 2*time.Second)
+		defer cancel()
+		if err := fb.d.Pool.Leave(ctx, fb.cfg.NodeID); err != nil {
+			fb.d.Log.Debug("leave pool", "err", err)
+		}
+	}()
+}
