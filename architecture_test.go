@@ -33,7 +33,7 @@ var rooms = map[string][]string{
 	"node/gate":       {".", "fsm", "node/wire"},
 	"node/slots":      {".", "fsm", "node/wire"},
 	"node/lease":      {".", "fsm", "node/wire"},
-	"node/fallback":   {".", "fsm", "internal/gcra", "internal/loop", "node/wire"},
+	"node/fallback":   {".", "fsm", "internal/gcra", "internal/loop", "internal/pgstore", "node/wire"},
 	"node/membership": {".", "fsm", "internal/logging", "internal/loop", "node/wire"},
 
 	// node wires the rooms together and owns the lifecycle.

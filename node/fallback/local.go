@@ -8,6 +8,7 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/internal/gcra"
+	"github.com/raftpace/raftpace/internal/loop"
 	"github.com/raftpace/raftpace/node/wire"
 )
 
@@ -18,9 +19,7 @@ import (
 // until p + WitnessTTL, measured from after the fence on Postgres's clock.
 func (fb *Fallback) HeartbeatLoop(ctx context.Context) {
 	every := fb.cfg.WitnessTTL / 3
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
+	beat := func() bool {
 		sent := fb.d.Now()
 		cctx, cancel := context.WithTimeout(ctx, every)
 		fenced, err := fb.d.Pool.Heartbeat(cctx, fb.cfg.NodeID)
@@ -28,12 +27,10 @@ func (fb *Fallback) HeartbeatLoop(ctx context.Context) {
 		if err == nil {
 			fb.heard(sent, fenced)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+		return true
 	}
+	beat() // at once: a starting node's licence begins with its first heartbeat
+	loop.Every(ctx, every, nil, beat)
 }
 
 // heard records a heartbeat sent at sent that Postgres answered.
@@ -118,16 +115,10 @@ func (fb *Fallback) Reserve(key string, count int, maxWait time.Duration) (raftp
 // Watch moves the mode along on time, so transitions are logged when they
 // happen rather than at the next reservation.
 func (fb *Fallback) Watch(ctx context.Context) {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if fb.Current() != ModeRaft && fb.d.Pool != nil {
-				fb.tendPool(ctx)
-			}
+	loop.Every(ctx, 100*time.Millisecond, nil, func() bool {
+		if fb.Current() != ModeRaft && fb.d.Pool != nil {
+			fb.tendPool(ctx)
 		}
-	}
+		return true
+	})
 }
