@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/node/pacer"
 	"github.com/raftpace/raftpace/node/wire"
 )
 
@@ -16,12 +17,36 @@ import (
 // this node leads, else sent to the leader; retried with backoff while the
 // failure is one a new attempt may cure (no leader yet, a leader change, a
 // broken connection), until ctx ends. These helpers are that shape, once.
+// A grant (a forwarded reservation, a lease) takes the same path, each
+// call bounded by the request's own maximum wait: callLeaderWithin and
+// grantErr.
+
+// The timings of that shape, named once for the files of package node.
+const (
+	// A retried request sleeps retryBackoffMin first, then twice as long
+	// each time, at most retryBackoffMax (nextBackoff).
+	retryBackoffMin = time.Millisecond
+	retryBackoffMax = 50 * time.Millisecond
+	// commitTimeout bounds one raft commit on the leader.
+	commitTimeout = 5 * time.Second
+)
+
+// nextBackoff is the sleep after one of backoff before the next retry.
+func nextBackoff(backoff time.Duration) time.Duration {
+	return min(2*backoff, retryBackoffMax)
+}
+
+// retryable reports whether a new attempt (at the same or a new leader)
+// may cure err.
+func retryable(err error) bool {
+	return errors.Is(err, wire.ErrRetry) || errors.Is(err, wire.ErrNotLeader) || errors.Is(err, pacer.ErrNoShare)
+}
 
 // untilDone runs once until it succeeds or fails for good. A retryable
 // failure is retried with backoff (from 1ms, doubling, at most 50ms) until
 // ctx ends, which gives ErrNoLeader naming what.
 func (n *Node) untilDone(ctx context.Context, what string, once func() error) error {
-	backoff := time.Millisecond
+	backoff := retryBackoffMin
 	for {
 		if n.closed() {
 			return raftpace.ErrClosed
@@ -33,7 +58,7 @@ func (n *Node) untilDone(ctx context.Context, what string, once func() error) er
 		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
 			return fmt.Errorf("node: %s: %w: %w", what, raftpace.ErrNoLeader, err)
 		}
-		backoff = min(2*backoff, 50*time.Millisecond)
+		backoff = nextBackoff(backoff)
 	}
 }
 
@@ -47,7 +72,14 @@ func (n *Node) callLeader(ctx context.Context, what string, method uint8, req []
 	if addr == "" {
 		return nil, wire.ErrRetry
 	}
-	raw, err := n.trans.Call(ctx, string(addr), method, req)
+	return n.callAt(ctx, ctx, string(addr), what, method, req)
+}
+
+// callAt sends one RPC to the leader at addr within cctx (ctx, or ctx with
+// a bound). A failed call is wire.ErrRetry unless ctx, the caller's, ended:
+// a bound that ran out is worth another attempt.
+func (n *Node) callAt(ctx, cctx context.Context, addr, what string, method uint8, req []byte) ([]byte, error) {
+	raw, err := n.trans.Call(cctx, addr, method, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("node: %s: %w", what, ctx.Err())
@@ -55,6 +87,59 @@ func (n *Node) callLeader(ctx context.Context, what string, method uint8, req []
 		return nil, fmt.Errorf("%w: leader %s: %w", wire.ErrRetry, addr, err)
 	}
 	return raw, nil
+}
+
+// leaderCallTimeout bounds one request to the leader: its own maximum
+// wait (the leader may hold it that long for a horizon) plus a little.
+// Past it the leader is presumed paused or cut off and looked up again.
+func leaderCallTimeout(maxWait time.Duration) time.Duration {
+	return min(maxWait, time.Second) + 500*time.Millisecond
+}
+
+// callLeaderWithin is the path of a grant this node's pacer could not give
+// (it does not lead): one request the leader may hold up to maxWait, sent
+// to the leader (counted as forwarded) and its answer decoded. Like
+// callLeader, no leader known or a failed call is wire.ErrRetry and ctx
+// ending is not; so is raft naming this node, which won but has not passed
+// its barrier yet. An answer that does not decode is wire.ErrRetry too.
+// The code in the answer is the caller's to map (grantErr).
+func (n *Node) callLeaderWithin(ctx context.Context, what string, method uint8, req []byte, maxWait time.Duration, decode func(raw []byte) error) error {
+	addr, _ := n.raft.LeaderWithID()
+	if addr == "" || string(addr) == n.Addr() {
+		// No leader, or this node won but has not passed its barrier yet.
+		return wire.ErrRetry
+	}
+	n.stats.forwarded.Add(1)
+	// A paused or cut-off leader must not hold every caller of the key for
+	// long: each call is bounded, then the leader is looked up again (a new
+	// one may be granting, or this node may fall back).
+	cctx, cancel := context.WithTimeout(ctx, leaderCallTimeout(maxWait))
+	defer cancel()
+	raw, err := n.callAt(ctx, cctx, string(addr), what, method, req)
+	if err != nil {
+		return err
+	}
+	if err := decode(raw); err != nil {
+		return fmt.Errorf("%w: leader %s: %w", wire.ErrRetry, addr, err)
+	}
+	return nil
+}
+
+// grantErr turns the code of a leader's answer to a grant of key (reserve,
+// lease) into this node's error: a *raftpace.LimitExceededError when the
+// wait is past maxWait; for a paused key, the pause recorded here and
+// errLeaderPaused; wire.ErrNotLeader as this node's own pacer says it;
+// else as leaderErr.
+func (n *Node) grantErr(what, key string, code uint8, wait, maxWait time.Duration, msg string) error {
+	switch code {
+	case wire.CodeLimitExceeded:
+		return &raftpace.LimitExceededError{Key: key, Wait: wait, MaxWait: maxWait}
+	case wire.CodePaused:
+		return n.leaderPaused(key, wait)
+	case wire.CodeNotLeader:
+		return wire.ErrNotLeader
+	}
+	return leaderErr(what, code, msg)
 }
 
 // leaderErr turns a leader's answer code into this node's error: retryable

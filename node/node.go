@@ -17,6 +17,7 @@ import (
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node/fallback"
 	"github.com/raftpace/raftpace/node/gate"
+	"github.com/raftpace/raftpace/node/lease"
 	"github.com/raftpace/raftpace/node/pacer"
 	"github.com/raftpace/raftpace/node/shares"
 	"github.com/raftpace/raftpace/node/slots"
@@ -37,7 +38,7 @@ type Node struct {
 	state    *fsm.State
 	fsm      *fsmAdapter
 	pacer    *pacer.Pacer
-	leases   *leaseCache
+	leases   *lease.Cache // the lease cache (package node/lease)
 	shares   *shares.Shares
 	fallback *fallback.Fallback
 	// memberWrites serialises the leader's writers of the replicated member
@@ -139,7 +140,7 @@ func (n *Node) start() error {
 	n.fsm = newFSMAdapter(n.state, n.now)
 	n.pacer = pacer.New(n.now, cfg.HorizonAhead, cfg.LeaseSpan, n.fsm.horizon, n.state.Limits)
 	n.pacer.Granted = func(key string, count int) { n.grantedHist.add(key, count, time.Now()) }
-	n.leases = newLeaseCache(n)
+	n.leases = n.newLeases()
 	n.shares = shares.New(n.now, cfg.ShareTTL)
 	n.pacer.Shares = n.shares
 	n.fallback = n.newFallback()

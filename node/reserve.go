@@ -8,17 +8,17 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/node/pacer"
+	"github.com/raftpace/raftpace/node/lease"
 	"github.com/raftpace/raftpace/node/wire"
 )
 
 // Reserve asks for count events of key. If the wait would exceed maxWait it
 // consumes nothing and returns a *LimitExceededError. It works on any node.
 // Single events are served from the node's leases (runs of slots the leader
-// granted ahead of need, see leases.go) unless DisableLeases is set; larger
-// counts, and every request with leases disabled, go to the leader one by
-// one (forwarded by a follower), retried within maxWait when a grant
-// arrives too late to be used within UseGrace.
+// granted ahead of need, see package node/lease) unless DisableLeases is
+// set; larger counts, and every request with leases disabled, go to the
+// leader one by one (forwarded by a follower), retried within maxWait when
+// a grant arrives too late to be used within UseGrace.
 func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (r raftpace.Reservation, err error) {
 	if err := fsm.ValidateKey(key); err != nil {
 		return raftpace.Reservation{}, fmt.Errorf("node: reserve: %w: %w", raftpace.ErrInvalidRequest, err)
@@ -67,7 +67,7 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 
 // errModeChanged: while retrying the leader, the node moved to fallback;
 // Reserve dispatches again.
-var errModeChanged = errors.New("node: admission mode changed")
+var errModeChanged = lease.ErrModeChanged
 
 // inFallback reports whether the node should stop retrying the leader and
 // serve its callers from its own fallback.
@@ -79,10 +79,10 @@ func (n *Node) inFallback() bool {
 // leases, or one request per reservation.
 func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait time.Duration) (raftpace.Reservation, error) {
 	if count == 1 && !n.cfg.DisableLeases {
-		return n.leases.reserve(ctx, key, maxWait)
+		return n.leases.Reserve(ctx, key, maxWait)
 	}
 	begin := time.Now()
-	backoff := time.Millisecond
+	backoff := retryBackoffMin
 	var lastErr error
 	for {
 		if n.closed() {
@@ -127,7 +127,7 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
 			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, raftpace.ErrNoLeader, err)
 		}
-		backoff = min(2*backoff, 50*time.Millisecond)
+		backoff = nextBackoff(backoff)
 	}
 }
 
@@ -135,51 +135,20 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 // its UseBy (for the node's counters).
 func (n *Node) Forfeit(raftpace.Reservation) { n.stats.forfeited.Add(1) }
 
-// leaderCallTimeout bounds one request to the leader: its own maximum
-// wait (the leader may hold it that long for a horizon) plus a little.
-// Past it the leader is presumed paused or cut off and looked up again.
-func leaderCallTimeout(maxWait time.Duration) time.Duration {
-	return min(maxWait, time.Second) + 500*time.Millisecond
-}
-
-func retryable(err error) bool {
-	return errors.Is(err, wire.ErrRetry) || errors.Is(err, wire.ErrNotLeader) || errors.Is(err, pacer.ErrNoShare)
-}
-
+// forwardReserve asks the leader for count events of key by the one path
+// to the leader (leadercall.go).
 func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWait time.Duration) (wait, held time.Duration, err error) {
-	addr, _ := n.raft.LeaderWithID()
-	if addr == "" || string(addr) == n.Addr() {
-		// No leader, or this node won but has not passed its barrier yet.
-		return 0, 0, wire.ErrRetry
+	what := fmt.Sprintf("reserve %q", key)
+	var resp wire.ReserveResp
+	err = n.callLeaderWithin(ctx, what, wire.MethodReserve, wire.ReserveReq{Key: key, Count: count, MaxWait: maxWait}.Encode(), maxWait, func(raw []byte) (err error) {
+		resp, err = wire.DecodeReserveResp(raw)
+		return err
+	})
+	if err == nil {
+		err = n.grantErr(what, key, resp.Code, resp.Wait, maxWait, resp.Msg)
 	}
-	n.stats.forwarded.Add(1)
-	cctx, cancel := context.WithTimeout(ctx, leaderCallTimeout(maxWait))
-	defer cancel()
-	raw, err := n.trans.Call(cctx, string(addr), wire.MethodReserve, wire.ReserveReq{Key: key, Count: count, MaxWait: maxWait}.Encode())
 	if err != nil {
-		if ctx.Err() != nil {
-			return 0, 0, fmt.Errorf("node: reserve %q: %w", key, ctx.Err())
-		}
-		return 0, 0, fmt.Errorf("%w: leader %s: %w", wire.ErrRetry, addr, err)
-	}
-	resp, err := wire.DecodeReserveResp(raw)
-	if err != nil {
-		return 0, 0, fmt.Errorf("%w: leader %s: %w", wire.ErrRetry, addr, err)
-	}
-	if resp.Code == wire.CodeLimitExceeded {
-		return 0, 0, &raftpace.LimitExceededError{Key: key, Wait: resp.Wait, MaxWait: maxWait}
-	}
-	if resp.Code == wire.CodePaused {
-		return 0, 0, n.leaderPaused(key, resp.Wait)
-	}
-	if err := wire.ErrFor(resp.Code, resp.Msg); err != nil {
-		if errors.Is(err, wire.ErrNotLeader) {
-			return 0, 0, err
-		}
-		if resp.Code == wire.CodeUnavailable {
-			return 0, 0, fmt.Errorf("%w: %w", wire.ErrRetry, err)
-		}
-		return 0, 0, fmt.Errorf("node: reserve %q: %w", key, err)
+		return 0, 0, err
 	}
 	return resp.Wait, resp.Held, nil
 }

@@ -1,0 +1,119 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/raftpace/raftpace/node/wire"
+)
+
+// fakeNode is what a Cache is given, with a clock the test moves and a
+// fetch the test answers.
+type fakeNode struct {
+	clock               atomic.Int64
+	late, leases, slots atomic.Uint64
+	wg                  sync.WaitGroup
+	fetches             atomic.Int32
+	fetch               func(call int32) (wire.Lease, error)
+	fallback            atomic.Bool
+	epoch               time.Time
+	cancel              context.CancelFunc
+	ctx                 context.Context
+}
+
+func newFake(t *testing.T, horizon time.Duration, fetch func(call int32) (wire.Lease, error)) (*fakeNode, *Cache) {
+	f := &fakeNode{fetch: fetch, epoch: time.Now()}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	t.Cleanup(func() { f.cancel(); f.wg.Wait() })
+	c := New(Deps{
+		UseGrace:     50 * time.Millisecond,
+		HorizonAhead: horizon,
+		LeaseSpan:    100 * time.Millisecond,
+		Now:          f.clock.Load,
+		Epoch:        f.epoch,
+		Log:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Count:        Counters{LateGrants: &f.late, Leases: &f.leases, LeasedSlots: &f.slots},
+		Ctx:          f.ctx,
+		WG:           &f.wg,
+		Sleep:        func(ctx context.Context, d time.Duration) error { return ctx.Err() },
+		BackoffMin:   time.Millisecond,
+		BackoffMax:   50 * time.Millisecond,
+		Fetch: func(ctx context.Context, key string, want int, maxWait time.Duration) (wire.Lease, error) {
+			return f.fetch(f.fetches.Add(1))
+		},
+		Retryable:  func(err error) bool { return errors.Is(err, wire.ErrRetry) },
+		InFallback: f.fallback.Load,
+	})
+	return f, c
+}
+
+// A slot already further away than a prefetch accepts (HorizonAhead/2)
+// starts no prefetch: the next slot is later still. A near one does.
+func TestCache_PrefetchOnlyWhenItCanSucceed(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	for _, tc := range []struct {
+		name    string
+		base    int64
+		fetches int32
+	}{
+		{"far slot: no prefetch", 600 * ms, 1},
+		{"near slot: prefetch", 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, c := newFake(t, time.Second, func(int32) (wire.Lease, error) {
+				return wire.Lease{Base: tc.base, Spacing: 500 * ms, Count: 1}, nil
+			})
+			r, err := c.Reserve(context.Background(), "k", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := f.epoch.Add(time.Duration(tc.base)); !r.At.Equal(want) {
+				t.Errorf("At %v, want %v", r.At.Sub(f.epoch), want.Sub(f.epoch))
+			}
+			f.wg.Wait()
+			if got := f.fetches.Load(); got != tc.fetches {
+				t.Errorf("%d fetches, want %d", got, tc.fetches)
+			}
+		})
+	}
+}
+
+// A lease whose every use-by passed in transit is dropped, counted, and
+// asked for again; never served.
+func TestCache_LateLeaseDropped(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	var f *fakeNode
+	f, c := newFake(t, time.Second, func(call int32) (wire.Lease, error) {
+		if call == 1 {
+			f.clock.Add(100 * ms) // past UseGrace (50ms) in transit
+		}
+		return wire.Lease{Spacing: ms, Count: 1}, nil
+	})
+	r, err := c.Reserve(context.Background(), "k", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.fetches.Load() < 2 || f.late.Load() != 1 || f.leases.Load() < 1 {
+		t.Fatalf("fetches %d, late %d, leases %d: want the late lease dropped and a second one served",
+			f.fetches.Load(), f.late.Load(), f.leases.Load())
+	}
+	if want := f.epoch.Add(100 * time.Millisecond); !r.At.Equal(want) || !r.UseBy.Equal(want.Add(50*time.Millisecond)) {
+		t.Errorf("got At %v UseBy %v, want %v and 50ms later", r.At.Sub(f.epoch), r.UseBy.Sub(f.epoch), want.Sub(f.epoch))
+	}
+}
+
+// A retryable failure while the node has fallen back ends the
+// reservation with ErrModeChanged (the node dispatches again).
+func TestCache_FallbackStopsRetrying(t *testing.T) {
+	f, c := newFake(t, time.Second, func(int32) (wire.Lease, error) { return wire.Lease{}, wire.ErrRetry })
+	f.fallback.Store(true)
+	if _, err := c.Reserve(context.Background(), "k", time.Second); !errors.Is(err, ErrModeChanged) {
+		t.Fatalf("got %v, want ErrModeChanged", err)
+	}
+}
