@@ -117,7 +117,7 @@ func (n *Node) handOver() {
 	gen := n.pacer.StepDown()
 	n.shares.StepDown()
 	for _, ext := range n.pacer.Cursors() {
-		if _, err := n.commit(&ext, 5*time.Second); err != nil {
+		if _, err := n.commit(&ext, commitTimeout); err != nil {
 			// The horizons committed before still cover every grant; the
 			// successor just starts later.
 			n.log.Warn("hand-over: committing the cursors failed; the successor starts at the horizons", "err", err)

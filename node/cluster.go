@@ -76,7 +76,7 @@ func (n *Node) startGossip() error {
 		Addr:         n.Addr(),
 		Now:          n.now,
 		Leading:      n.pacer.IsLeading,
-		Commit:       n.commit,
+		Commit:       n.commitNow,
 		Members:      n.state.Members,
 		MemberWrites: &n.memberWrites,
 		Shares:       n.shares,

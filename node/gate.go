@@ -20,7 +20,7 @@ func (n *Node) newGate() *gate.Gate {
 		Now:         n.now,
 		Log:         n.log,
 		Pauses:      &n.stats.pauses,
-		Commit:      n.commit,
+		Commit:      n.commitNow,
 		Leading:     n.leading,
 		CallLeader:  n.callLeader,
 		LeaderErr:   leaderErr,

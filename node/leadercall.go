@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node/pacer"
 	"github.com/raftpace/raftpace/node/wire"
 )
@@ -190,3 +191,6 @@ func (n *Node) commitOnLeader(ctx context.Context, what string, method uint8, re
 	}
 	return n.waitApplied(ctx, index)
 }
+
+// commitNow commits c within commitTimeout: the commit the rooms are given.
+func (n *Node) commitNow(c fsm.Command) (uint64, error) { return n.commit(c, commitTimeout) }

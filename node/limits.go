@@ -26,7 +26,7 @@ func (n *Node) SetLimit(ctx context.Context, key string, lim fsm.Limit) error {
 }
 
 func (n *Node) applyLimit(key string, lim fsm.Limit) (uint64, error) {
-	index, err := n.commit(&fsm.SetLimit{Key: key, Limit: lim}, 5*time.Second)
+	index, err := n.commit(&fsm.SetLimit{Key: key, Limit: lim}, commitTimeout)
 	if err != nil && !errors.Is(err, wire.ErrNotLeader) {
 		return 0, fmt.Errorf("node: set limit %q: %w", key, err)
 	}

@@ -192,7 +192,7 @@ func (n *Node) restore(ctx context.Context) error {
 		}
 	}
 	for key, max := range cp.Caps {
-		if _, err := n.commit(&fsm.SetCap{Key: key, Max: max}, 5*time.Second); err != nil {
+		if _, err := n.commit(&fsm.SetCap{Key: key, Max: max}, commitTimeout); err != nil {
 			return fmt.Errorf("node: restore cap %q: %w", key, err)
 		}
 	}
@@ -222,7 +222,7 @@ func (n *Node) restorePauses(pauses map[string]time.Duration) (int, error) {
 		if end, ok := n.fsm.pauses.get(key); ok && end >= n.now()+int64(d) {
 			continue // a longer pause is already in force
 		}
-		if _, err := n.commit(&fsm.SetPause{Key: key, For: d}, 5*time.Second); err != nil {
+		if _, err := n.commit(&fsm.SetPause{Key: key, For: d}, commitTimeout); err != nil {
 			return count, fmt.Errorf("node: restore pause %q: %w", key, err)
 		}
 		count++

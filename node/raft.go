@@ -143,7 +143,7 @@ func (n *Node) extendLoop() {
 			if !ok {
 				break
 			}
-			if _, err := n.commit(&ext.Cmd, 5*time.Second); err != nil {
+			if _, err := n.commit(&ext.Cmd, commitTimeout); err != nil {
 				n.stats.extendErrors.Add(1)
 				n.log.Warn("horizon extension not committed", "keys", len(ext.Cmd.Entries), "err", err)
 				break

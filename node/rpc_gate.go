@@ -40,7 +40,7 @@ func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]b
 // leaderSyncIndex returns an index covering every entry committed so far:
 // raft's barrier makes sure the leader applied all of them first.
 func (n *Node) leaderSyncIndex() (uint64, error) {
-	if err := n.raft.Barrier(5 * time.Second).Error(); err != nil {
+	if err := n.raft.Barrier(commitTimeout).Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return 0, wire.ErrNotLeader
 		}

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/loop"
@@ -116,5 +115,5 @@ func (n *Node) balanceFractions() error {
 }
 
 func (n *Node) applyMember(m fsm.Member) (uint64, error) {
-	return n.commit(&fsm.UpsertMember{Member: m}, 5*time.Second)
+	return n.commit(&fsm.UpsertMember{Member: m}, commitTimeout)
 }

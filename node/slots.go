@@ -36,7 +36,7 @@ func (n *Node) newSlots() *slots.Slots {
 		Ctx:        n.ctx,
 		WG:         &n.wg,
 		Sleep:      func(ctx context.Context, d time.Duration) error { return sleepCtx(ctx, n.ctx, d) },
-		Commit:     n.commit,
+		Commit:     n.commitNow,
 		Leading:    n.leading,
 		Granting:   func() bool { return n.pacer.IsLeading() },
 		LeaderAddr: func() string { addr, _ := n.raft.LeaderWithID(); return string(addr) },

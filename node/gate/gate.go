@@ -62,7 +62,7 @@ type Deps struct {
 
 	// Commit commits c through raft on this node, the leader, and returns
 	// its index once this node applied it; not leading: wire.ErrNotLeader.
-	Commit func(c fsm.Command, timeout time.Duration) (uint64, error)
+	Commit func(c fsm.Command) (uint64, error) // bounded by node's commit timeout
 	// Leading reports whether raft says this node leads now.
 	Leading func() bool
 	// The node's leader calls (node/leadercall.go): CallLeader sends one
@@ -168,7 +168,7 @@ func (g *Gate) LeaderPause(key string, d time.Duration) (time.Duration, uint64, 
 	if end, ok := g.d.Applied.Get(key); ok && end >= now+int64(d) {
 		return time.Duration(end - now), 0, nil // a longer pause is in force
 	}
-	index, err := g.d.Commit(&fsm.SetPause{Key: key, For: d}, 5*time.Second)
+	index, err := g.d.Commit(&fsm.SetPause{Key: key, For: d})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -188,7 +188,7 @@ func (g *Gate) ClearExpired() {
 		if end > now {
 			continue
 		}
-		if _, err := g.d.Commit(&fsm.SetPause{Key: key, For: 0}, 5*time.Second); err != nil {
+		if _, err := g.d.Commit(&fsm.SetPause{Key: key, For: 0}); err != nil {
 			g.d.Log.Debug("clearing an expired pause failed; will retry", "key", key, "err", err)
 			return
 		}

@@ -37,7 +37,7 @@ func (f *fakeLeader) gate() *Gate {
 		Now:     f.clock,
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Pauses:  &f.pauses,
-		Commit: func(c fsm.Command, _ time.Duration) (uint64, error) {
+		Commit: func(c fsm.Command) (uint64, error) {
 			p := *c.(*fsm.SetPause)
 			f.commits = append(f.commits, p)
 			now := f.clock()

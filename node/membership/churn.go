@@ -71,7 +71,7 @@ func (m *Membership) departSelf(busy time.Duration) (uint64, error) {
 	// back to the list, a ghost for the successor to reap.
 	m.d.MemberWrites.Lock()
 	defer m.d.MemberWrites.Unlock()
-	if _, err := m.d.Commit(&fsm.RemoveMember{ID: m.cfg.NodeID}, 5*time.Second); err != nil {
+	if _, err := m.d.Commit(&fsm.RemoveMember{ID: m.cfg.NodeID}); err != nil {
 		return 0, err
 	}
 	m.log.Info("leaving while leading: forgotten, its fraction is shared out", "member", m.cfg.NodeID)
@@ -87,7 +87,7 @@ func (m *Membership) removeServer(id string) (uint64, error) {
 		return 0, wire.ErrNotLeader
 	}
 	m.gossip.markDeparted(id)
-	f := m.d.Raft.RemoveServer(raft.ServerID(id), 0, 5*time.Second)
+	f := m.d.Raft.RemoveServer(raft.ServerID(id), 0, raftChangeTimeout)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return 0, wire.ErrNotLeader
@@ -205,7 +205,7 @@ func (m *Membership) forgetReleased() {
 			}
 			continue // forgotten at the next round
 		}
-		if _, err := m.d.Commit(&fsm.RemoveMember{ID: id}, 5*time.Second); err != nil {
+		if _, err := m.d.Commit(&fsm.RemoveMember{ID: id}); err != nil {
 			m.log.Warn("forgetting a released member", "member", id, "err", err)
 			continue
 		}
@@ -250,7 +250,7 @@ func (m *Membership) removeFailed(servers []raft.Server) ([]raft.Server, error) 
 		m.log.Warn("removing a failed member from raft (its fraction stays reserved until reclaimed)",
 			"member", s.ID, "suffrage", s.Suffrage.String(), "silent", silent.Round(time.Millisecond))
 		m.gossip.markFailed(string(s.ID))
-		if err := m.d.Raft.RemoveServer(s.ID, 0, 5*time.Second).Error(); err != nil {
+		if err := m.d.Raft.RemoveServer(s.ID, 0, raftChangeTimeout).Error(); err != nil {
 			errs = append(errs, fmt.Errorf("remove failed %s: %w", s.ID, err))
 			continue
 		}

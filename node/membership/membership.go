@@ -13,6 +13,10 @@ import (
 	"github.com/raftpace/raftpace/fsm"
 )
 
+// raftChangeTimeout bounds one change of raft's configuration (add,
+// promote, remove a server), as node's commit timeout bounds a commit.
+const raftChangeTimeout = 5 * time.Second
+
 // Config is what membership reads of the node's configuration; node fills
 // it from its own Config, already validated and defaulted.
 type Config struct {
@@ -88,7 +92,7 @@ type Deps struct {
 	// barrier): only then does it reconcile and reclaim.
 	Leading func() bool
 	// Commit commits a command through raft on this node, the leader.
-	Commit func(c fsm.Command, timeout time.Duration) (uint64, error)
+	Commit func(c fsm.Command) (uint64, error) // bounded by node's commit timeout
 	// Members is the replicated member list as this node applied it.
 	Members func() []fsm.Member
 	// MemberWrites serialises every leader writer of the member list

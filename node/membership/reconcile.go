@@ -108,10 +108,10 @@ func (m *Membership) reconcile() error {
 			// wait for its catch-up.
 			if known && s.Suffrage == raft.Voter {
 				m.log.Info("updating voter address", "member", id, "addr", g.Addr)
-				err = m.d.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(g.Addr), 0, 5*time.Second).Error()
+				err = m.d.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(g.Addr), 0, raftChangeTimeout).Error()
 			} else {
 				m.log.Info("adding nonvoter", "member", id, "addr", g.Addr)
-				err = m.d.Raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(g.Addr), 0, 5*time.Second).Error()
+				err = m.d.Raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(g.Addr), 0, raftChangeTimeout).Error()
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("add %s: %w", id, err))
@@ -129,7 +129,7 @@ func (m *Membership) reconcile() error {
 			continue
 		}
 		m.log.Info("promoting nonvoter to voter", "member", s.ID)
-		if err := m.d.Raft.AddVoter(s.ID, s.Address, 0, 5*time.Second).Error(); err != nil {
+		if err := m.d.Raft.AddVoter(s.ID, s.Address, 0, raftChangeTimeout).Error(); err != nil {
 			errs = append(errs, fmt.Errorf("promote %s: %w", s.ID, err))
 		} else {
 			voters++
@@ -221,7 +221,7 @@ func (m *Membership) syncMembers() error {
 		}
 		// A new member starts with fraction 0: balanceFractions grows it
 		// once every member has applied the shrinks that make room.
-		if _, err := m.d.Commit(&fsm.UpsertMember{Member: fsm.Member{ID: id, Addr: addr, Fraction: fm.Fraction}}, 5*time.Second); err != nil {
+		if _, err := m.d.Commit(&fsm.UpsertMember{Member: fsm.Member{ID: id, Addr: addr, Fraction: fm.Fraction}}); err != nil {
 			errs = append(errs, fmt.Errorf("record member %s: %w", id, err))
 		}
 	}

@@ -160,7 +160,7 @@ func (s *Slots) leaderAcquire(ctx context.Context, req wire.AcquireReq) ([]strin
 			return nil, err
 		}
 		if len(full) == 0 {
-			_, err := s.d.Commit(&fsm.AcquireSlots{ID: req.ID, Holder: req.Holder, Keys: req.Keys, TTL: req.TTL}, 5*time.Second)
+			_, err := s.d.Commit(&fsm.AcquireSlots{ID: req.ID, Holder: req.Holder, Keys: req.Keys, TTL: req.TTL})
 			s.mu.Unlock()
 			return nil, err
 		}
@@ -266,7 +266,7 @@ func (s *Slots) leaderRelease(ids []string) (uint64, error) {
 	if len(live) == 0 {
 		return 0, nil
 	}
-	return s.d.Commit(&fsm.ReleaseSlots{IDs: live}, 5*time.Second)
+	return s.d.Commit(&fsm.ReleaseSlots{IDs: live})
 }
 
 // Reap deletes slots whose TTL passed on the leader's clock.
@@ -283,7 +283,7 @@ func (s *Slots) Reap() {
 	for len(expired) > 0 {
 		batch := expired[:min(len(expired), fsm.MaxReleaseIDs)]
 		expired = expired[len(batch):]
-		if _, err := s.d.Commit(&fsm.ReleaseSlots{IDs: batch}, 5*time.Second); err != nil {
+		if _, err := s.d.Commit(&fsm.ReleaseSlots{IDs: batch}); err != nil {
 			s.d.Log.Debug("reclaiming expired slots failed; will retry", "slots", len(batch), "err", err)
 			return
 		}

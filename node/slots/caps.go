@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
@@ -43,7 +42,7 @@ func (s *Slots) applyCap(key string, max int) (uint64, error) {
 	if max == 0 {
 		c = &fsm.DeleteCap{Key: key}
 	}
-	index, err := s.d.Commit(c, 5*time.Second)
+	index, err := s.d.Commit(c)
 	if err != nil && !errors.Is(err, wire.ErrNotLeader) {
 		return 0, fmt.Errorf("node: set cap %q: %w", key, err)
 	}

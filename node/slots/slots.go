@@ -91,7 +91,7 @@ type Deps struct {
 
 	// Commit commits c through raft on this node, the leader, and returns
 	// its index once this node applied it; not leading: wire.ErrNotLeader.
-	Commit func(c fsm.Command, timeout time.Duration) (uint64, error)
+	Commit func(c fsm.Command) (uint64, error) // bounded by node's commit timeout
 	// Leading reports whether raft says this node leads now; Granting
 	// whether it also passed its barrier and grants.
 	Leading, Granting func() bool

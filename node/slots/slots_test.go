@@ -79,7 +79,7 @@ func newFake(t *testing.T) (*fakeNode, *Slots) {
 				return ctx.Err()
 			}
 		},
-		Commit: func(c fsm.Command, _ time.Duration) (uint64, error) {
+		Commit: func(c fsm.Command) (uint64, error) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			f.commits = append(f.commits, c)
