@@ -652,17 +652,6 @@ func fracName(f float64) string {
 	return fmt.Sprintf("%.2f R", f)
 }
 
-// annotateChaos appends a note to scenario id's summary row.
-func annotateChaos(id, note string) {
-	chaosMu.Lock()
-	defer chaosMu.Unlock()
-	for i, r := range chaosRows {
-		if r.id == id {
-			chaosRows[i].line = strings.TrimSuffix(r.line, " |") + "; " + note + " |"
-		}
-	}
-}
-
 // printChaosSummary prints the rows of the scenarios that ran.
 func printChaosSummary(w io.Writer) {
 	defer printChurnSummary(w) // churn_harness_test.go's table, after this one

@@ -128,11 +128,12 @@ func isolateFollower(t *testing.T, id string, unsafe bool) {
 		return
 	}
 	// The twin needs the majority to go on at 2/3 R while the cut
-	// follower paces at R. If the majority admitted nothing, the leader
-	// counted the follower's share at the fraction the follower reported
-	// in its share answers before the cut, which the unsafe option makes
-	// 1 (node/fallback.go, renew: Fraction: fb.fraction()): the twin is
-	// neutralised and cannot show anything either way.
+	// follower paces at R. The cut follower's share answers report its
+	// committed fraction, not the full rate it paces at (node/fallback,
+	// Renew), so the leader counts its third and the majority goes on at
+	// 2/3 R. Had the majority admitted nothing, the twin would be
+	// neutralised and show nothing either way: that is a failure of the
+	// test, not a skip.
 	majority := 0
 	for _, e := range r.evs {
 		if e.Key == chaosKey && e.Node != f.id && e.At >= s.steps[0].at.Add(chaosSettle).UnixNano() && e.At < s.steps[1].at.UnixNano() {
@@ -140,10 +141,7 @@ func isolateFollower(t *testing.T, id string, unsafe bool) {
 		}
 	}
 	if majority == 0 {
-		annotateChaos(s.id, "twin neutralised (majority admitted 0/s), skipped")
-		t.Skipf("BLOCKED by node/: with --unsafe-fallback-full-rate the cut follower reports fraction 1 in its share answers, "+
-			"so the leader (counting an unheld member at max(committed, reported)) granted nothing while %s was cut; "+
-			"the twin cannot break the ceiling until the unsafe option reports the committed fraction (TestChaos_D_LeaderInMinorityAtFullRateIsCaught covers the fallback fraction meanwhile)", f.id)
+		t.Fatalf("twin neutralised: the majority admitted nothing while %s was cut, so the twin cannot show the ceiling breaking", f.id)
 	}
 	s.expectBroken(r)
 }
