@@ -1,7 +1,10 @@
 package raftpace_test
 
 import (
+	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -108,4 +111,47 @@ func rel(path string) string {
 		return "."
 	}
 	return strings.TrimPrefix(path, module+"/")
+}
+
+// Room sizes (ARCHITECTURE.md): a package of more than maxPackageLines
+// lines of non-test Go, or a file of more than maxFileLines, has more than
+// one job. sizeDebts lists the packages allowed over it for now, each at a
+// ceiling it may only go down from.
+const (
+	maxPackageLines = 2500
+	maxFileLines    = 500
+)
+
+var sizeDebts = map[string]int{
+	"node": 3600,
+}
+
+func TestRoomSizes(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{.Dir}}{{range .GoFiles}} {{.}}{{end}}`, module+"/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for line := range strings.Lines(string(out)) {
+		fields := strings.Fields(line)
+		pkg, dir := rel(fields[0]), fields[1]
+		total := 0
+		for _, f := range fields[2:] {
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := bytes.Count(b, []byte("\n"))
+			total += n
+			if n > maxFileLines {
+				t.Errorf("%s/%s: %d lines, more than %d: split it by concern", pkg, f, n, maxFileLines)
+			}
+		}
+		limit := maxPackageLines
+		if debt, ok := sizeDebts[pkg]; ok {
+			limit = debt
+		}
+		if total > limit {
+			t.Errorf("package %s: %d lines of non-test Go, more than %d: give a job of it a package of its own", pkg, total, limit)
+		}
+	}
 }
