@@ -63,6 +63,7 @@ type Node struct {
 	store          *raftboltdb.BoltStore
 	raft           *raft.Raft
 	gossip         *gossip
+	rpc            map[uint8]rpcHandler // handlers(): one table of the RPC methods served
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -164,6 +165,7 @@ func (n *Node) start() error {
 	if err != nil {
 		return err
 	}
+	n.rpc = n.handlers()
 	n.trans, err = transport.New(transport.Config{
 		BindAddr:      cfg.BindAddr,
 		AdvertiseAddr: cfg.AdvertiseAddr,

@@ -13,92 +13,144 @@ import (
 	"github.com/raftpace/raftpace/node/wire"
 )
 
+// rpcHandler serves one RPC method: the request's bytes in, the answer's
+// out. An error (rather than an answer carrying a code) closes the call:
+// the caller treats it as a failed call.
+type rpcHandler func(ctx context.Context, req []byte) ([]byte, error)
+
+// handlers is the one table of the RPC methods this node serves (the
+// methods themselves are listed in package wire).
+func (n *Node) handlers() map[uint8]rpcHandler {
+	leading := func() bool { return n.raft.State() == raft.Leader }
+	return map[uint8]rpcHandler{
+		wire.MethodReserve:      n.serveReserve,
+		wire.MethodLease:        n.serveLease,
+		wire.MethodShare:        n.serveShare,
+		wire.MethodSetLimit:     n.serveSetLimit,
+		wire.MethodRemoveServer: n.serveRemoveServer,
+		wire.MethodSync:         n.serveSync,
+		wire.MethodPause: func(_ context.Context, req []byte) ([]byte, error) {
+			return n.gate.Serve(leading(), req), nil
+		},
+		wire.MethodAcquireSlots: func(ctx context.Context, req []byte) ([]byte, error) {
+			return n.slots.ServeAcquire(ctx, leading(), req), nil
+		},
+		wire.MethodReleaseSlots: func(_ context.Context, req []byte) ([]byte, error) {
+			return n.slots.ServeRelease(leading(), req), nil
+		},
+		wire.MethodSetCap: func(_ context.Context, req []byte) ([]byte, error) {
+			return n.slots.ServeSetCap(leading(), req), nil
+		},
+	}
+}
+
 // handleRPC serves the transport's RPCs from other nodes.
 func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte, error) {
-	switch method {
-	case wire.MethodReserve:
-		m, err := wire.DecodeReserveReq(req)
-		if err != nil {
-			return wire.ReserveResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
-		}
-		if err := fsm.ValidateKey(m.Key); err != nil {
-			return wire.ReserveResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
-		}
-		// The caller's deadline does not travel with the request: bound the
-		// wait for a horizon by the caller's own maximum, so the leader does
-		// not grant a slot long after the follower gave up on it.
-		// A node that has not applied a pause yet (one just restarted, or
-		// lagging) must not be granted a paused key.
-		if p := n.PausedFor(m.Key); p > 0 {
-			return wire.ReserveResp{Code: wire.CodePaused, Wait: p}.Encode(), nil
-		}
-		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
-		defer cancel()
-		wait, held, err := n.pacer.Reserve(ctx, n.ctx.Done(), m.Key, m.Count, m.MaxWait)
-		var le *raftpace.LimitExceededError
-		if errors.As(err, &le) {
-			return wire.ReserveResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode(), nil
-		}
-		return wire.ReserveResp{Code: wire.CodeFor(err), Wait: wait, Held: held, Msg: wire.ErrMsg(err)}.Encode(), nil
-	case wire.MethodLease:
-		m, err := wire.DecodeLeaseReq(req)
-		if err == nil {
-			err = fsm.ValidateKey(m.Key)
-		}
-		if err == nil {
-			err = fsm.ValidateID(m.Holder)
-		}
-		if err != nil {
-			return wire.LeaseResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
-		}
-		if p := n.PausedFor(m.Key); p > 0 {
-			return wire.LeaseResp{Code: wire.CodePaused, Wait: p}.Encode(), nil
-		}
-		ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
-		defer cancel()
-		l, err := n.pacer.Lease(ctx, n.ctx.Done(), m.Key, m.Holder, m.Count, m.MaxWait)
-		var le *raftpace.LimitExceededError
-		if errors.As(err, &le) {
-			return wire.LeaseResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode(), nil
-		}
-		return wire.LeaseResp{Code: wire.CodeFor(err), Lease: l, Msg: wire.ErrMsg(err)}.Encode(), nil
-	case wire.MethodShare:
-		m, err := wire.DecodeShareReq(req)
-		if err != nil {
-			return nil, err
-		}
-		// Only the leader this node knows may hold its share.
-		if _, id := n.raft.LeaderWithID(); string(id) != m.Leader {
-			return nil, fmt.Errorf("node: share renewal from %q, but the leader here is %q", m.Leader, id)
-		}
-		return n.fallback.Renew().Encode(), nil
-	case wire.MethodSetLimit:
-		m, err := wire.DecodeSetLimitReq(req)
-		if err == nil {
-			err = fsm.ValidateKey(m.Key)
-		}
-		if err == nil {
-			err = m.Limit.Validate()
-		}
-		if err != nil {
-			return wire.IndexResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
-		}
-		if n.raft.State() != raft.Leader {
-			return wire.IndexResp{Code: wire.CodeNotLeader}.Encode(), nil
-		}
-		index, err := n.applyLimit(m.Key, m.Limit)
-		return wire.IndexResp{Code: wire.CodeFor(err), Index: index, Msg: wire.ErrMsg(err)}.Encode(), nil
-	case wire.MethodPause, wire.MethodAcquireSlots, wire.MethodReleaseSlots, wire.MethodSetCap, wire.MethodSync:
-		return n.handleGateRPC(ctx, method, req)
-	case wire.MethodRemoveServer:
-		m, err := wire.DecodeRemoveServerReq(req)
-		if err != nil {
-			return wire.IndexResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
-		}
-		index, err := n.departed(m)
-		return wire.IndexResp{Code: wire.CodeFor(err), Index: index, Msg: wire.ErrMsg(err)}.Encode(), nil
-	default:
+	h, ok := n.rpc[method]
+	if !ok {
 		n.log.Warn("unknown rpc method", "method", method)
 		return nil, fmt.Errorf("node: unknown rpc method %d", method)
 	}
+	return h(ctx, req)
+}
+
+func (n *Node) serveReserve(ctx context.Context, req []byte) ([]byte, error) {
+	m, err := wire.DecodeReserveReq(req)
+	if err != nil {
+		return wire.ReserveResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
+	}
+	if err := fsm.ValidateKey(m.Key); err != nil {
+		return wire.ReserveResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
+	}
+	// The caller's deadline does not travel with the request: bound the
+	// wait for a horizon by the caller's own maximum, so the leader does
+	// not grant a slot long after the follower gave up on it.
+	// A node that has not applied a pause yet (one just restarted, or
+	// lagging) must not be granted a paused key.
+	if p := n.PausedFor(m.Key); p > 0 {
+		return wire.ReserveResp{Code: wire.CodePaused, Wait: p}.Encode(), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
+	defer cancel()
+	wait, held, err := n.pacer.Reserve(ctx, n.ctx.Done(), m.Key, m.Count, m.MaxWait)
+	var le *raftpace.LimitExceededError
+	if errors.As(err, &le) {
+		return wire.ReserveResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode(), nil
+	}
+	return wire.ReserveResp{Code: wire.CodeFor(err), Wait: wait, Held: held, Msg: wire.ErrMsg(err)}.Encode(), nil
+}
+
+func (n *Node) serveLease(ctx context.Context, req []byte) ([]byte, error) {
+	m, err := wire.DecodeLeaseReq(req)
+	if err == nil {
+		err = fsm.ValidateKey(m.Key)
+	}
+	if err == nil {
+		err = fsm.ValidateID(m.Holder)
+	}
+	if err != nil {
+		return wire.LeaseResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
+	}
+	if p := n.PausedFor(m.Key); p > 0 {
+		return wire.LeaseResp{Code: wire.CodePaused, Wait: p}.Encode(), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
+	defer cancel()
+	l, err := n.pacer.Lease(ctx, n.ctx.Done(), m.Key, m.Holder, m.Count, m.MaxWait)
+	var le *raftpace.LimitExceededError
+	if errors.As(err, &le) {
+		return wire.LeaseResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode(), nil
+	}
+	return wire.LeaseResp{Code: wire.CodeFor(err), Lease: l, Msg: wire.ErrMsg(err)}.Encode(), nil
+}
+
+func (n *Node) serveShare(_ context.Context, req []byte) ([]byte, error) {
+	m, err := wire.DecodeShareReq(req)
+	if err != nil {
+		return nil, err
+	}
+	// Only the leader this node knows may hold its share.
+	if _, id := n.raft.LeaderWithID(); string(id) != m.Leader {
+		return nil, fmt.Errorf("node: share renewal from %q, but the leader here is %q", m.Leader, id)
+	}
+	return n.fallback.Renew().Encode(), nil
+}
+
+func (n *Node) serveSetLimit(_ context.Context, req []byte) ([]byte, error) {
+	m, err := wire.DecodeSetLimitReq(req)
+	if err == nil {
+		err = fsm.ValidateKey(m.Key)
+	}
+	if err == nil {
+		err = m.Limit.Validate()
+	}
+	if err != nil {
+		return wire.IndexResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
+	}
+	if n.raft.State() != raft.Leader {
+		return wire.IndexResp{Code: wire.CodeNotLeader}.Encode(), nil
+	}
+	index, err := n.applyLimit(m.Key, m.Limit)
+	return wire.IndexResp{Code: wire.CodeFor(err), Index: index, Msg: wire.ErrMsg(err)}.Encode(), nil
+}
+
+func (n *Node) serveRemoveServer(_ context.Context, req []byte) ([]byte, error) {
+	m, err := wire.DecodeRemoveServerReq(req)
+	if err != nil {
+		return wire.IndexResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
+	}
+	index, err := n.departed(m)
+	return wire.IndexResp{Code: wire.CodeFor(err), Index: index, Msg: wire.ErrMsg(err)}.Encode(), nil
+}
+
+// serveSync answers with an index covering every entry committed so far.
+func (n *Node) serveSync(_ context.Context, req []byte) ([]byte, error) {
+	if len(req) != 1 || req[0] != wire.Version {
+		return wire.IndexResp{Code: wire.CodeInvalid, Msg: "sync: malformed request"}.Encode(), nil
+	}
+	if n.raft.State() != raft.Leader {
+		return wire.IndexResp{Code: wire.CodeNotLeader}.Encode(), nil
+	}
+	index, err := n.leaderSyncIndex()
+	return wire.IndexResp{Code: wire.CodeFor(err), Index: index, Msg: wire.ErrMsg(err)}.Encode(), nil
 }

@@ -11,32 +11,6 @@ import (
 	"github.com/raftpace/raftpace/node/wire"
 )
 
-// handleGateRPC serves pauses, slots and caps on the leader (the gate's
-// and the slots' Serve methods), and Sync.
-func (n *Node) handleGateRPC(ctx context.Context, method uint8, req []byte) ([]byte, error) {
-	leading := n.raft.State() == raft.Leader
-	switch method {
-	case wire.MethodPause:
-		return n.gate.Serve(leading, req), nil
-	case wire.MethodAcquireSlots:
-		return n.slots.ServeAcquire(ctx, leading, req), nil
-	case wire.MethodReleaseSlots:
-		return n.slots.ServeRelease(leading, req), nil
-	case wire.MethodSync:
-		if len(req) != 1 || req[0] != wire.Version {
-			return wire.IndexResp{Code: wire.CodeInvalid, Msg: "sync: malformed request"}.Encode(), nil
-		}
-		if !leading {
-			return wire.IndexResp{Code: wire.CodeNotLeader}.Encode(), nil
-		}
-		index, err := n.leaderSyncIndex()
-		return wire.IndexResp{Code: wire.CodeFor(err), Index: index, Msg: wire.ErrMsg(err)}.Encode(), nil
-	case wire.MethodSetCap:
-		return n.slots.ServeSetCap(leading, req), nil
-	}
-	return nil, fmt.Errorf("node: unknown rpc method %d", method)
-}
-
 // leaderSyncIndex returns an index covering every entry committed so far:
 // raft's barrier makes sure the leader applied all of them first.
 func (n *Node) leaderSyncIndex() (uint64, error) {
