@@ -145,7 +145,7 @@ func (n *Node) unfence(id string) {
 		defer n.wg.Done()
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ShareTTL/3)
 		defer cancel()
-		if err := n.pg.unfence(ctx, id); err != nil {
+		if err := n.pg.Unfence(ctx, id); err != nil {
 			n.log.Debug("unfence", "member", id, "err", err)
 			return
 		}

@@ -83,9 +83,9 @@ func (n *Node) startGossip() error {
 		Probe:        n.trans.Probe,
 	}
 	if n.pg != nil {
-		d.DiscoverJoin = n.discoverJoin
+		d.DiscoverJoin = n.pg.DiscoverJoin
 		d.Fence = func(ctx context.Context, id string) (membership.FenceResult, error) {
-			res, err := n.pg.fence(ctx, id, n.cfg.fenceStale(), n.cfg.WitnessTTL)
+			res, err := n.pg.Fence(ctx, id, n.cfg.fenceStale(), n.cfg.WitnessTTL)
 			return membership.FenceResult{Fenced: res.Fenced, Wait: res.Wait, LastSeen: res.LastSeen, Reason: res.Reason}, err
 		}
 	}

@@ -12,8 +12,12 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/pglink"
 	"github.com/raftpace/raftpace/transport"
 )
+
+// maxClusterName is memberlist's limit on a packet label (LabelMaxSize).
+const maxClusterName = 255
 
 // Config configures a Node. A zero field takes its default (DefaultConfig
 // lists them); New fills the defaults and refuses what Validate refuses.
@@ -384,7 +388,7 @@ func (c Config) Validate() error {
 	}
 	if c.PostgresURL != "" {
 		// The URL may hold a password: name the field, never the value.
-		if msg := postgresURLProblem(c.PostgresURL); msg != "" {
+		if msg := pglink.URLProblem(c.PostgresURL); msg != "" {
 			errs = append(errs, fmt.Errorf("%w: PostgresURL: cannot parse: %s", ErrInvalidConfig, msg))
 		}
 	}

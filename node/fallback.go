@@ -52,18 +52,18 @@ func (n *Node) newFallback() *fallback.Fallback {
 	var pool *fallback.Pool
 	if n.cfg.PostgresURL != "" {
 		pool = &fallback.Pool{
-			Reachable: func() bool { return n.pg.reachable() },
+			Reachable: func() bool { return n.pg.Reachable() },
 			Join: func(ctx context.Context, id string, fraction float64) error {
-				return n.pg.joinPool(ctx, id, fraction)
+				return n.pg.JoinPool(ctx, id, fraction)
 			},
-			Leave: func(ctx context.Context, id string) error { return n.pg.leavePool(ctx, id) },
+			Leave: func(ctx context.Context, id string) error { return n.pg.LeavePool(ctx, id) },
 			LeaveBusy: func(ctx context.Context, id string) (time.Duration, error) {
-				return n.pg.leavePoolBusy(ctx, id)
+				return n.pg.LeavePoolBusy(ctx, id)
 			},
 			Reserve: func(ctx context.Context, key string, lim fsm.Limit, count int, maxWait time.Duration) (time.Duration, error) {
-				return n.pg.reservePooled(ctx, key, lim, count, maxWait)
+				return n.pg.ReservePooled(ctx, key, lim, count, maxWait)
 			},
-			Heartbeat: func(ctx context.Context, id string) (bool, error) { return n.pg.heartbeat(ctx, id) },
+			Heartbeat: func(ctx context.Context, id string) (bool, error) { return n.pg.Heartbeat(ctx, id) },
 		}
 	}
 	return fallback.New(fallback.Config{

@@ -19,6 +19,7 @@ import (
 	"github.com/raftpace/raftpace/node/gate"
 	"github.com/raftpace/raftpace/node/lease"
 	"github.com/raftpace/raftpace/node/pacer"
+	"github.com/raftpace/raftpace/node/pglink"
 	"github.com/raftpace/raftpace/node/shares"
 	"github.com/raftpace/raftpace/node/slots"
 	"github.com/raftpace/raftpace/transport"
@@ -52,18 +53,16 @@ type Node struct {
 	// fractionIndex is the raft index of the last fraction shrink: growth
 	// waits until every member has applied it.
 	fractionIndex atomic.Uint64
-	pg            *pgLink // nil without PostgresURL
+	pg            *pglink.Link // nil without PostgresURL
 	// freshStart: this node started with no raft state (a new cluster, or
-	// a node joining one). restorePending: it leads a new cluster whose
-	// state must first be restored from the checkpoint.
-	freshStart     bool
-	restorePending atomic.Bool
-	trans          *transport.Transport
-	raftTrans      *raft.NetworkTransport
-	store          *raftboltdb.BoltStore
-	raft           *raft.Raft
-	gossip         *gossip
-	rpc            map[uint8]rpcHandler // handlers(): one table of the RPC methods served
+	// a node joining one).
+	freshStart bool
+	trans      *transport.Transport
+	raftTrans  *raft.NetworkTransport
+	store      *raftboltdb.BoltStore
+	raft       *raft.Raft
+	gossip     *gossip
+	rpc        map[uint8]rpcHandler // handlers(): one table of the RPC methods served
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -150,10 +149,10 @@ func (n *Node) start() error {
 	n.fsm.onMembers = func() { n.shares.SetMembers(n.state.Members()) }
 	n.fsm.onLimit = n.pacer.SetLimit
 	if cfg.PostgresURL != "" {
-		n.pg = newPGLink(n)
-		n.fsm.onMembers = func() { n.shares.SetMembers(n.state.Members()); n.pg.changed() }
-		n.fsm.onLimit = func(key string, lim fsm.Limit, ok bool) { n.pacer.SetLimit(key, lim, ok); n.pg.changed() }
-		n.fsm.onGate = n.pg.changed
+		n.pg = n.newPGLink()
+		n.fsm.onMembers = func() { n.shares.SetMembers(n.state.Members()); n.pg.Changed() }
+		n.fsm.onLimit = func(key string, lim fsm.Limit, ok bool) { n.pacer.SetLimit(key, lim, ok); n.pg.Changed() }
+		n.fsm.onGate = n.pg.Changed
 	}
 	n.pacer.Fresh = cfg.Unsafe.FreshStart
 	if cfg.Unsafe != (Unsafe{}) {
@@ -227,7 +226,7 @@ func (n *Node) Close() error {
 			}
 		}
 		if n.pg != nil {
-			n.pg.close()
+			n.pg.Close()
 		}
 		if n.store != nil {
 			if err := n.store.Close(); err != nil {

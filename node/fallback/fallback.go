@@ -37,7 +37,7 @@ type State interface {
 	AppliedIndex() uint64
 }
 
-// Pool is the node's link to Postgres (node/postgres.go) as the fallback
+// Pool is the node's link to Postgres (node/pglink) as the fallback
 // calls it: the pooled fallback and the witness's heartbeat. Each call is
 // bounded by its ctx; the errors are pgstore's (ErrFenced, ErrNotInPool,
 // ErrInvalid, *LimitExceededError) or the connection's.

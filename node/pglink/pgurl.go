@@ -1,4 +1,4 @@
-package node
+package pglink
 
 import (
 	"net/url"
@@ -9,14 +9,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// maxClusterName is memberlist's limit on a packet label (LabelMaxSize).
-const maxClusterName = 255
-
-// postgresURLProblem returns why PostgresURL cannot be parsed (as the
+// URLProblem returns why PostgresURL cannot be parsed (as the
 // Postgres store parses it, pool settings included), or "". The message
 // never holds the URL or its password: pgx's "cannot parse `URL`: " prefix
 // is cut off, and any password found in the URL is masked in what is left.
-func postgresURLProblem(raw string) string {
+func URLProblem(raw string) string {
 	_, err := pgxpool.ParseConfig(raw)
 	if err == nil {
 		return ""
