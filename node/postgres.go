@@ -140,14 +140,14 @@ func (n *Node) checkpoint() pgstore.Checkpoint {
 	now := n.now()
 	views := n.pacer.View()
 	for key := range n.state.Horizons() {
-		h, _ := n.fsm.horizon(key)
+		h, _ := n.fsm.Horizon(key)
 		if v, ok := views[key]; ok && now+int64(v.HorizonIn) > h {
 			h = now + int64(v.HorizonIn)
 		}
 		ahead := time.Duration(max(0, h-now))
 		cp.Horizons[key] = min(ahead, fsm.MaxHorizonAhead)
 	}
-	for key, end := range n.fsm.pauses.all() {
+	for key, end := range n.appliedPauses.All() {
 		if end > now {
 			cp.Pauses[key] = min(time.Duration(end-now), fsm.MaxPause)
 		}
@@ -219,7 +219,7 @@ func (n *Node) restorePauses(pauses map[string]time.Duration) (int, error) {
 	defer n.pauseMu.Unlock()
 	count := 0
 	for key, d := range pauses {
-		if end, ok := n.fsm.pauses.get(key); ok && end >= n.now()+int64(d) {
+		if end, ok := n.appliedPauses.Get(key); ok && end >= n.now()+int64(d) {
 			continue // a longer pause is already in force
 		}
 		if _, err := n.commit(&fsm.SetPause{Key: key, For: d}, commitTimeout); err != nil {
