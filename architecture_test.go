@@ -39,11 +39,13 @@ var rooms = map[string][]string{
 	"node/fallback":   {".", "fsm", "internal/gcra", "internal/loop", "internal/pgstore", "node/wire"},
 	"node/membership": {".", "fsm", "internal/logging", "internal/loop", "node/wire"},
 	"node/pglink":     {"fsm", "internal/loop", "internal/pgstore"},
+	"node/apply":      {"fsm"},
+	"node/tally":      {},
 
 	// node wires the rooms together and owns the lifecycle.
 	"node": {".", "fsm", "transport", "internal/gcra", "internal/logging", "internal/loop", "internal/pgstore",
 		"node/wire", "node/pacer", "node/shares", "node/gate", "node/slots", "node/lease",
-		"node/fallback", "node/membership", "node/pglink"},
+		"node/fallback", "node/membership", "node/pglink", "node/apply", "node/tally"},
 	"node/nodetest": {"node"},
 
 	// What a worker calls, and the agent's surfaces beside it.

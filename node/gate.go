@@ -15,7 +15,7 @@ import (
 // through n when called.
 func (n *Node) newGate() *gate.Gate {
 	return gate.New(gate.Deps{
-		Applied:     &n.fsm.pauses.Deadlines,
+		Applied:     &n.appliedPauses,
 		Mu:          &n.pauseMu,
 		Now:         n.now,
 		Log:         n.log,
@@ -29,14 +29,6 @@ func (n *Node) newGate() *gate.Gate {
 		Sleep:       func(ctx context.Context, d time.Duration) error { return sleepCtx(ctx, n.ctx, d) },
 	})
 }
-
-// deadlines is gate.Deadlines under the names the fsm adapter (fsm.go) and
-// the checkpoint (postgres.go) use for the applied pauses.
-type deadlines struct{ gate.Deadlines }
-
-func (d *deadlines) get(key string) (int64, bool)      { return d.Get(key) }
-func (d *deadlines) all() map[string]int64             { return d.All() }
-func (d *deadlines) update(f func(m map[string]int64)) { d.Update(f) }
 
 // errLeaderPaused: the leader refused a grant because the key is paused.
 // The node has recorded the pause locally; Reserve checks its gate again.

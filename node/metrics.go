@@ -2,20 +2,18 @@ package node
 
 import (
 	"errors"
-	"math"
-	"sort"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/node/tally"
 	"github.com/raftpace/raftpace/transport"
 )
 
 // Counters for monitoring (agent/metrics exports them to Prometheus):
 // reservation outcomes per key, the wait of granted reservations, raft
 // apply latency and leadership transitions. They cost a few atomic adds per
-// reservation; nothing here is package-global.
+// reservation; nothing here is package-global. The counting machinery is
+// package node/tally; here are what it counts and the results.
 
 // Reservation outcomes, as Metrics reports them.
 const (
@@ -89,73 +87,31 @@ type Metrics struct {
 // Metrics returns the node's monitoring counters.
 func (n *Node) Metrics() Metrics {
 	return Metrics{
-		Keys:                  n.keyCounts.snapshot(),
-		Wait:                  n.waitHist.snapshot(),
-		Apply:                 n.applyHist.snapshot(),
+		Keys:                  n.keyCountsSnapshot(),
+		Wait:                  Histogram(n.waitHist.Snapshot()),
+		Apply:                 Histogram(n.applyHist.Snapshot()),
 		LeadershipTransitions: n.leaderTransitions.Load(),
 		Transport:             n.trans.Stats(),
 	}
 }
 
-// keyOutcomes counts outcomes per key in a bounded map that reservations
-// read without a lock.
-type keyOutcomes struct {
-	m    sync.Map // string -> *keyCounter
-	size atomic.Int64
-	mu   sync.Mutex // serialises inserts (so size stays exact)
-}
-
-type keyCounter struct {
-	granted, refused, paused, unknown, failed atomic.Uint64
-	events                                    atomic.Uint64
-	acquired, concRefused, slotUnknown        atomic.Uint64
-	slotFailed                                atomic.Uint64
-}
-
-func (k *keyOutcomes) get(key string) *keyCounter {
-	if c, ok := k.m.Load(key); ok {
-		return c.(*keyCounter)
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if c, ok := k.m.Load(key); ok {
-		return c.(*keyCounter)
-	}
-	if k.size.Load() >= MaxCountedKeys && key != OtherKeys {
-		return k.getLocked(OtherKeys)
-	}
-	return k.getLocked(key)
-}
-
-func (k *keyOutcomes) getLocked(key string) *keyCounter {
-	if c, ok := k.m.Load(key); ok {
-		return c.(*keyCounter)
-	}
-	c := &keyCounter{}
-	k.m.Store(key, c)
-	k.size.Add(1)
-	return c
-}
-
-func (k *keyOutcomes) snapshot() []KeyCounts {
+// keyCountsSnapshot is every counted key's counters, sorted by key.
+func (n *Node) keyCountsSnapshot() []KeyCounts {
 	var out []KeyCounts
-	k.m.Range(func(key, v any) bool {
-		c := v.(*keyCounter)
+	n.keyCounts.Each(func(key string, c *tally.Counter) {
 		out = append(out, KeyCounts{
-			Key: key.(string),
+			Key: key,
 			Reservations: map[string]uint64{
-				OutcomeGranted: c.granted.Load(), OutcomeRefused: c.refused.Load(), OutcomePaused: c.paused.Load(),
-				OutcomeUnknownKey: c.unknown.Load(), OutcomeError: c.failed.Load(),
+				OutcomeGranted: c.Granted.Load(), OutcomeRefused: c.Refused.Load(), OutcomePaused: c.Paused.Load(),
+				OutcomeUnknownKey: c.Unknown.Load(), OutcomeError: c.Failed.Load(),
 			},
-			GrantedEvents: c.events.Load(),
+			GrantedEvents: c.Events.Load(),
 			Slots: map[string]uint64{
-				OutcomeAcquired: c.acquired.Load(), OutcomeConcurrencyRefused: c.concRefused.Load(),
-				OutcomeUnknownKey: c.slotUnknown.Load(), OutcomeError: c.slotFailed.Load(),
+				OutcomeAcquired: c.Acquired.Load(), OutcomeConcurrencyRefused: c.ConcRefused.Load(),
+				OutcomeUnknownKey: c.SlotUnknown.Load(), OutcomeError: c.SlotFailed.Load(),
 			},
 		})
-		return true
 	})
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out
 }
 
@@ -163,74 +119,42 @@ func (k *keyOutcomes) snapshot() []KeyCounts {
 // the per-key counters, the node's Stats and the admitted history. It is
 // the one place a reservation's outcome is counted.
 func (n *Node) reserved(key string, count int, begin time.Time, r raftpace.Reservation, err error) {
-	c := n.keyCounts.get(key)
+	c := n.keyCounts.Get(key)
 	var pe *raftpace.PausedError
 	switch {
 	case err == nil:
-		c.granted.Add(1)
-		c.events.Add(uint64(count))
+		c.Granted.Add(1)
+		c.Events.Add(uint64(count))
 		n.stats.granted.Add(1)
-		n.admittedHist.add(key, count, time.Now())
-		n.waitHist.observe(max(0, r.At.Sub(begin)))
+		n.admittedHist.Add(key, count, time.Now())
+		n.waitHist.Observe(max(0, r.At.Sub(begin)))
 	case errors.As(err, &pe): // before raftpace.ErrLimitExceeded, which it also matches
-		c.paused.Add(1)
+		c.Paused.Add(1)
 		n.stats.pausedRefusals.Add(1)
 	case errors.Is(err, raftpace.ErrLimitExceeded):
-		c.refused.Add(1)
+		c.Refused.Add(1)
 		n.stats.refused.Add(1)
 	case errors.Is(err, raftpace.ErrUnknownKey):
-		c.unknown.Add(1)
+		c.Unknown.Add(1)
 		n.stats.unknown.Add(1)
 	default:
-		c.failed.Add(1)
+		c.Failed.Add(1)
 	}
 }
 
 // slotsAcquired counts the outcome of one AcquireSlots call for each key.
 func (n *Node) slotsAcquired(keys []string, err error) {
 	for _, key := range keys {
-		c := n.keyCounts.get(key)
+		c := n.keyCounts.Get(key)
 		switch {
 		case err == nil:
-			c.acquired.Add(1)
+			c.Acquired.Add(1)
 		case errors.Is(err, raftpace.ErrConcurrencyLimit):
-			c.concRefused.Add(1)
+			c.ConcRefused.Add(1)
 		case errors.Is(err, raftpace.ErrUnknownKey):
-			c.slotUnknown.Add(1)
+			c.SlotUnknown.Add(1)
 		default:
-			c.slotFailed.Add(1)
+			c.SlotFailed.Add(1)
 		}
 	}
-}
-
-// histogram is a fixed-bucket histogram of durations, lock-free.
-type histogram struct {
-	bounds []float64       // seconds
-	counts []atomic.Uint64 // per bucket (not cumulative); the last is +Inf
-	sumNs  atomic.Int64
-}
-
-func newHistogram(bounds []float64) *histogram {
-	return &histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
-}
-
-func (h *histogram) observe(d time.Duration) {
-	s := d.Seconds()
-	i := sort.SearchFloat64s(h.bounds, s) // first bound >= s
-	h.counts[i].Add(1)
-	h.sumNs.Add(int64(d))
-}
-
-func (h *histogram) snapshot() Histogram {
-	out := Histogram{Bounds: h.bounds, Counts: make([]uint64, len(h.bounds))}
-	var cum uint64
-	for i := range h.counts {
-		cum += h.counts[i].Load()
-		if i < len(h.bounds) {
-			out.Counts[i] = cum
-		}
-	}
-	out.Count = cum
-	out.Sum = math.Max(0, time.Duration(h.sumNs.Load()).Seconds())
-	return out
 }

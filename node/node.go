@@ -15,6 +15,7 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/apply"
 	"github.com/raftpace/raftpace/node/fallback"
 	"github.com/raftpace/raftpace/node/gate"
 	"github.com/raftpace/raftpace/node/lease"
@@ -22,6 +23,7 @@ import (
 	"github.com/raftpace/raftpace/node/pglink"
 	"github.com/raftpace/raftpace/node/shares"
 	"github.com/raftpace/raftpace/node/slots"
+	"github.com/raftpace/raftpace/node/tally"
 	"github.com/raftpace/raftpace/transport"
 )
 
@@ -37,7 +39,7 @@ type Node struct {
 	epoch time.Time
 
 	state    *fsm.State
-	fsm      *fsmAdapter
+	fsm      *apply.Adapter // the raft.FSM (package node/apply)
 	pacer    *pacer.Pacer
 	leases   *lease.Cache // the lease cache (package node/lease)
 	shares   *shares.Shares
@@ -79,14 +81,18 @@ type Node struct {
 	gate    *gate.Gate   // the refusal gate (package node/gate)
 	slots   *slots.Slots // the concurrency caps (package node/slots)
 
+	// appliedPauses: key -> local monotonic ns when its applied pause ends,
+	// written by the fsm adapter, read by the gate and the checkpoint.
+	appliedPauses gate.Deadlines
+
 	// admittedHist counts this node's grants to its callers, grantedHist
 	// (while it leads) the slots it granted to the fleet; see history.go.
-	admittedHist, grantedHist history
+	admittedHist, grantedHist tally.History
 
 	// Monitoring (metrics.go): outcomes per key, the wait of granted
 	// reservations, raft apply latency, leadership transitions.
-	keyCounts           keyOutcomes
-	waitHist, applyHist *histogram
+	keyCounts           *tally.Keys
+	waitHist, applyHist *tally.Histogram
 	leaderTransitions   atomic.Uint64
 }
 
@@ -119,8 +125,9 @@ func New(cfg Config) (*Node, error) {
 		state:     fsm.New(),
 		ctx:       ctx,
 		cancel:    cancel,
-		waitHist:  newHistogram(WaitBuckets),
-		applyHist: newHistogram(ApplyBuckets),
+		keyCounts: tally.NewKeys(MaxCountedKeys, OtherKeys),
+		waitHist:  tally.NewHistogram(WaitBuckets),
+		applyHist: tally.NewHistogram(ApplyBuckets),
 	}
 	if err := n.start(); err != nil {
 		// n is partly built: Close copes with every part still nil.
@@ -137,28 +144,28 @@ func New(cfg Config) (*Node, error) {
 // started so far stay in n for Close to release.
 func (n *Node) start() error {
 	cfg := n.cfg
-	n.fsm = newFSMAdapter(n.state, n.now)
-	n.pacer = pacer.New(n.now, cfg.HorizonAhead, cfg.LeaseSpan, n.fsm.horizon, n.state.Limits)
-	n.pacer.Granted = func(key string, count int) { n.grantedHist.add(key, count, time.Now()) }
+	n.fsm = apply.New(n.state, n.now, &n.appliedPauses)
+	n.pacer = pacer.New(n.now, cfg.HorizonAhead, cfg.LeaseSpan, n.fsm.Horizon, n.state.Limits)
+	n.pacer.Granted = func(key string, count int) { n.grantedHist.Add(key, count, time.Now()) }
 	n.leases = n.newLeases()
 	n.shares = shares.New(n.now, cfg.ShareTTL)
 	n.pacer.Shares = n.shares
 	n.fallback = n.newFallback()
 	n.gate = n.newGate()
 	n.slots = n.newSlots()
-	n.fsm.onMembers = func() { n.shares.SetMembers(n.state.Members()) }
-	n.fsm.onLimit = n.pacer.SetLimit
+	n.fsm.OnMembers = func() { n.shares.SetMembers(n.state.Members()) }
+	n.fsm.OnLimit = n.pacer.SetLimit
 	if cfg.PostgresURL != "" {
 		n.pg = n.newPGLink()
-		n.fsm.onMembers = func() { n.shares.SetMembers(n.state.Members()); n.pg.Changed() }
-		n.fsm.onLimit = func(key string, lim fsm.Limit, ok bool) { n.pacer.SetLimit(key, lim, ok); n.pg.Changed() }
-		n.fsm.onGate = n.pg.Changed
+		n.fsm.OnMembers = func() { n.shares.SetMembers(n.state.Members()); n.pg.Changed() }
+		n.fsm.OnLimit = func(key string, lim fsm.Limit, ok bool) { n.pacer.SetLimit(key, lim, ok); n.pg.Changed() }
+		n.fsm.OnGate = n.pg.Changed
 	}
 	n.pacer.Fresh = cfg.Unsafe.FreshStart
 	if cfg.Unsafe != (Unsafe{}) {
 		n.log.Warn("UNSAFE test options set: this node may break the ceiling", "options", fmt.Sprintf("%+v", cfg.Unsafe))
 	}
-	n.fsm.onReset = n.pacer.Reset
+	n.fsm.OnReset = n.pacer.Reset
 
 	tlsCfg, err := cfg.tlsConfig() // validated above; nil without TLS
 	if err != nil {

@@ -167,7 +167,7 @@ func (n *Node) commit(c fsm.Command, timeout time.Duration) (uint64, error) {
 	begin := time.Now()
 	f := n.raft.Apply(data, timeout)
 	err = f.Error()
-	n.applyHist.observe(time.Since(begin))
+	n.applyHist.Observe(time.Since(begin))
 	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return 0, wire.ErrNotLeader
@@ -183,7 +183,7 @@ func (n *Node) commit(c fsm.Command, timeout time.Duration) (uint64, error) {
 // waitApplied returns once this node's state has applied index.
 func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 	for {
-		ch := n.fsm.appliedCh()
+		ch := n.fsm.Applied()
 		if n.state.AppliedIndex() >= index {
 			return nil
 		}

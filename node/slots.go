@@ -53,10 +53,10 @@ func (n *Node) newSlots() *slots.Slots {
 
 // slotView is the fsm adapter's held slots as the slots package reads them.
 func (n *Node) slotView() (map[string]slots.Held, <-chan struct{}) {
-	held, ch := n.fsm.slotView()
+	held, ch := n.fsm.Slots()
 	out := make(map[string]slots.Held, len(held))
 	for id, s := range held {
-		out[id] = slots.Held{Holder: s.holder, Keys: s.keys, Expires: s.expires}
+		out[id] = slots.Held(s)
 	}
 	return out, ch
 }

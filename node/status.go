@@ -225,7 +225,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	for key, lim := range n.state.Limits() {
 		v := views[key]
 		st.Limits = append(st.Limits, LimitStatus{Key: key, Rate: lim.Rate, Burst: lim.Burst, HorizonIn: v.HorizonIn, Backlog: v.Backlog,
-			Admitted10s: n.admittedHist.rate(key, now, 10), Granted10s: n.grantedHist.rate(key, now, 10)})
+			Admitted10s: n.admittedHist.Rate(key, now, 10), Granted10s: n.grantedHist.Rate(key, now, 10)})
 	}
 	sort.Slice(st.Limits, func(i, j int) bool { return st.Limits[i].Key < st.Limits[j].Key })
 	st.Pauses = []PauseStatus{}

@@ -1,4 +1,27 @@
-package node
+// Package apply is a raftpace node's raft.FSM: it applies every committed
+// command to the replicated state (package fsm) and, beside it, keeps what
+// needs this host's clock, which the deterministic state cannot read.
+//
+// # What it promises
+//
+// Every key's horizon is measured from when this node applied (or restored)
+// the entry that set it: the node's own apply time plus the entry's Ahead.
+// The latest ExtendHorizons entry overwrites a key's horizon, so a leader
+// handing over can commit its exact cursors. Held concurrency slots expire
+// TTL after this node applied them, and pauses end their duration after
+// this node applied them; a restored snapshot counts as applied now, so
+// what it holds can only last longer than it did anywhere else. Applied
+// returns a channel closed at the next apply, Slots one closed at the next
+// change of the held slots, so callers wait without polling. The callbacks
+// (OnLimit, OnReset, OnMembers, OnGate) are told of each change after the
+// adapter's lock is released.
+//
+// # What it may depend on
+//
+// Package fsm (the commands and the state) and hashicorp/raft (the FSM
+// interface). It does not import node: its node gives it the state, a
+// clock, and the table the applied pauses are written to (Pauses).
+package apply
 
 import (
 	"io"
@@ -11,7 +34,7 @@ import (
 	"github.com/raftpace/raftpace/fsm"
 )
 
-// fsmAdapter is the raft.FSM of a node. It applies commands to the
+// Adapter is the raft.FSM of a node. It applies commands to the
 // deterministic fsm.State and, beside it, keeps what needs this host's clock:
 // the local horizon of every key, measured from when this node applied (or
 // restored) the entry that set it. The fsm package cannot do that, since Apply
@@ -23,18 +46,20 @@ import (
 // leads therefore starts each key at or after the old leader's horizon,
 // measured with durations on one host's monotonic clock; no cross-host wall
 // clock is read. A restored snapshot counts as applied now, later still.
-type fsmAdapter struct {
+//
+// Set the callbacks before raft starts applying.
+type Adapter struct {
 	state *fsm.State
 	now   func() int64 // node's monotonic nanoseconds
-	// onLimit is told of every limit change (and, after a restore, of every
+	// OnLimit is told of every limit change (and, after a restore, of every
 	// limit) so the pacer can follow without polling.
-	onLimit func(key string, lim fsm.Limit, ok bool)
-	// onReset is told when a snapshot replaced the whole state.
-	onReset func()
-	// onMembers is told when the member list (or a fraction) changed.
-	onMembers func()
-	// onGate is told when a cap or a pause changed (the checkpoint follows).
-	onGate func()
+	OnLimit func(key string, lim fsm.Limit, ok bool)
+	// OnReset is told when a snapshot replaced the whole state.
+	OnReset func()
+	// OnMembers is told when the member list (or a fraction) changed.
+	OnMembers func()
+	// OnGate is told when a cap or a pause changed (the checkpoint follows).
+	OnGate func()
 
 	mu       sync.Mutex
 	horizons map[string]int64 // key -> local monotonic ns
@@ -42,38 +67,48 @@ type fsmAdapter struct {
 	// slots: every held concurrency slot, expiring TTL after this node
 	// applied (or restored) it; slotsCh is closed and replaced when one is
 	// taken or given back.
-	slots   map[string]heldSlot
+	slots   map[string]HeldSlot
 	slotsCh chan struct{}
 	// pauses: key -> local monotonic ns when its pause ends (the latest
 	// SetPause entry, measured from this node's apply of it).
-	pauses deadlines
+	pauses Pauses
 }
 
-// heldSlot is a concurrency slot as this node measures it.
-type heldSlot struct {
-	holder  string
-	keys    []string
-	expires int64 // local monotonic ns
+// Pauses is the table the applied pauses are written to: key -> local
+// monotonic ns when its pause ends. Update applies f to the table (a
+// node's gate.Deadlines: readers see the result at once, without a lock).
+type Pauses interface {
+	Update(f func(m map[string]int64))
 }
 
-func newFSMAdapter(state *fsm.State, now func() int64) *fsmAdapter {
-	return &fsmAdapter{
+// HeldSlot is a concurrency slot as this node measures it.
+type HeldSlot struct {
+	Holder  string
+	Keys    []string
+	Expires int64 // local monotonic ns
+}
+
+// New returns the adapter of state, measuring with now (the node's
+// monotonic nanoseconds) and writing the applied pauses to pauses.
+func New(state *fsm.State, now func() int64, pauses Pauses) *Adapter {
+	return &Adapter{
 		state:     state,
 		now:       now,
-		onLimit:   func(string, fsm.Limit, bool) {},
-		onReset:   func() {},
-		onMembers: func() {},
-		onGate:    func() {},
+		OnLimit:   func(string, fsm.Limit, bool) {},
+		OnReset:   func() {},
+		OnMembers: func() {},
+		OnGate:    func() {},
 		horizons:  make(map[string]int64),
 		applied:   make(chan struct{}),
-		slots:     make(map[string]heldSlot),
+		slots:     make(map[string]HeldSlot),
 		slotsCh:   make(chan struct{}),
+		pauses:    pauses,
 	}
 }
 
 // Apply implements raft.FSM. It returns nil or the error the state returned;
 // every node returns the same, since the state is deterministic.
-func (f *fsmAdapter) Apply(l *raft.Log) any {
+func (f *Adapter) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
@@ -99,7 +134,7 @@ func (f *fsmAdapter) Apply(l *raft.Log) any {
 			// A second entry for a held ID (a retried request) renews it:
 			// measured from this apply, it still ends after the holder's
 			// deadline, which is measured from the first request.
-			f.slots[c.ID] = heldSlot{holder: c.Holder, keys: c.Keys, expires: now + int64(c.TTL)}
+			f.slots[c.ID] = HeldSlot{Holder: c.Holder, Keys: c.Keys, Expires: now + int64(c.TTL)}
 			f.slotsChangedLocked()
 		case fsm.ReleaseSlots:
 			for _, id := range c.IDs {
@@ -114,26 +149,26 @@ func (f *fsmAdapter) Apply(l *raft.Log) any {
 	if err == nil {
 		switch c := cmd.(type) {
 		case fsm.SetLimit:
-			f.onLimit(c.Key, c.Limit, true)
+			f.OnLimit(c.Key, c.Limit, true)
 		case fsm.DeleteLimit:
-			f.onLimit(c.Key, fsm.Limit{}, false)
+			f.OnLimit(c.Key, fsm.Limit{}, false)
 		case fsm.UpsertMember, fsm.RemoveMember:
-			f.onMembers()
+			f.OnMembers()
 		case fsm.SetCap, fsm.DeleteCap, fsm.SetPause:
-			f.onGate()
+			f.OnGate()
 		}
 	}
 	return err
 }
 
 // Snapshot implements raft.FSM.
-func (f *fsmAdapter) Snapshot() (raft.FSMSnapshot, error) {
+func (f *Adapter) Snapshot() (raft.FSMSnapshot, error) {
 	return f.state.Snapshot(), nil
 }
 
 // Restore implements raft.FSM: the state is replaced and every horizon in it
 // counts as applied now.
-func (f *fsmAdapter) Restore(rc io.ReadCloser) error {
+func (f *Adapter) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	if err := f.state.Restore(rc); err != nil {
 		return err
@@ -147,36 +182,36 @@ func (f *fsmAdapter) Restore(rc io.ReadCloser) error {
 	}
 	// Pauses and slots restored count from now: later than they were
 	// measured anywhere else, so they can only last longer.
-	f.pauses.update(func(m map[string]int64) {
+	f.pauses.Update(func(m map[string]int64) {
 		clear(m)
 		for key, d := range f.state.Pauses() {
 			m[key] = now + int64(d)
 		}
 	})
-	f.slots = make(map[string]heldSlot)
+	f.slots = make(map[string]HeldSlot)
 	for _, s := range f.state.Slots() {
-		f.slots[s.ID] = heldSlot{holder: s.Holder, keys: s.Keys, expires: now + int64(s.TTL)}
+		f.slots[s.ID] = HeldSlot{Holder: s.Holder, Keys: s.Keys, Expires: now + int64(s.TTL)}
 	}
 	f.slotsChangedLocked()
 	close(f.applied)
 	f.applied = make(chan struct{})
 	f.mu.Unlock()
-	f.onReset()
-	f.onMembers()
+	f.OnReset()
+	f.OnMembers()
 	return nil
 }
 
-// horizon returns the key's local horizon as this node measured it.
-func (f *fsmAdapter) horizon(key string) (int64, bool) {
+// Horizon returns the key's local horizon as this node measured it.
+func (f *Adapter) Horizon(key string) (int64, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h, ok := f.horizons[key]
 	return h, ok
 }
 
-// appliedCh returns a channel closed at the next apply, for waiting on the
+// Applied returns a channel closed at the next apply, for waiting on the
 // applied index without polling.
-func (f *fsmAdapter) appliedCh() <-chan struct{} {
+func (f *Adapter) Applied() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.applied
@@ -185,8 +220,8 @@ func (f *fsmAdapter) appliedCh() <-chan struct{} {
 // setPause records key's pause as ending d past now (d == 0 clears it).
 // The latest entry overwrites: the leader proposes the maximum of every
 // hint it has seen (see Node.Pause).
-func (f *fsmAdapter) setPause(key string, now int64, d time.Duration) {
-	f.pauses.update(func(m map[string]int64) {
+func (f *Adapter) setPause(key string, now int64, d time.Duration) {
+	f.pauses.Update(func(m map[string]int64) {
 		if d == 0 {
 			delete(m, key)
 		} else {
@@ -195,23 +230,15 @@ func (f *fsmAdapter) setPause(key string, now int64, d time.Duration) {
 	})
 }
 
-func (f *fsmAdapter) slotsChangedLocked() {
+func (f *Adapter) slotsChangedLocked() {
 	close(f.slotsCh)
 	f.slotsCh = make(chan struct{})
 }
 
-// slotView returns a copy of the held slots and a channel closed at the
+// Slots returns a copy of the held slots and a channel closed at the
 // next change.
-func (f *fsmAdapter) slotView() (map[string]heldSlot, <-chan struct{}) {
+func (f *Adapter) Slots() (map[string]HeldSlot, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return maps.Clone(f.slots), f.slotsCh
-}
-
-// slotHeld reports whether slot id is recorded, and its entry.
-func (f *fsmAdapter) slotHeld(id string) (heldSlot, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, ok := f.slots[id]
-	return s, ok
 }
