@@ -17,6 +17,7 @@ import (
 	"github.com/raftpace/raftpace/agent/admin"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/loop"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
@@ -125,7 +126,7 @@ func (c *cli) status(name string, args []string) error {
 		if _, err := c.stdout.Write(b.Bytes()); err != nil {
 			return err
 		}
-		if !sleep(c.ctx, *interval) {
+		if !loop.Sleep(c.ctx, *interval) {
 			return nil
 		}
 	}
@@ -354,7 +355,7 @@ func (c *cli) leave(name string, args []string) error {
 			fmt.Fprintf(c.stdout, "%s has stopped\n", st.ID)
 			return nil
 		}
-		if !sleep(ctx, 50*time.Millisecond) {
+		if !loop.Sleep(ctx, 50*time.Millisecond) {
 			return fmt.Errorf("leave: %s left the cluster but its agent was still running after %v", st.ID, o.timeout)
 		}
 	}
@@ -389,16 +390,4 @@ func (c *cli) version(name string, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, " %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return nil
-}
-
-// sleep waits d or until ctx ends; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -28,3 +28,15 @@ func Every(ctx context.Context, period time.Duration, kick <-chan struct{}, fn f
 		}
 	}
 }
+
+// Sleep waits d or until ctx ends; it reports whether d elapsed.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftpace/raftpace/internal/loop"
 	"github.com/raftpace/raftpace/internal/timeline"
 	"github.com/raftpace/raftpace/node"
 )
@@ -94,7 +95,7 @@ func restartNode(ctx context.Context, cfg node.Config) restart {
 		if err == nil {
 			return restart{n: n}
 		}
-		if time.Now().After(deadline) || !sleep(ctx, 100*time.Millisecond) {
+		if time.Now().After(deadline) || !loop.Sleep(ctx, 100*time.Millisecond) {
 			return restart{err: err}
 		}
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/certs"
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/loop"
 	"github.com/raftpace/raftpace/internal/timeline"
 	"github.com/raftpace/raftpace/node"
 )
@@ -159,7 +160,7 @@ func Run(ctx context.Context, d Config, out, errOut io.Writer) (ok bool, err err
 			if _, err := n.Limit(readyCtx, d.Key); err == nil {
 				break
 			}
-			if !sleep(readyCtx, 10*time.Millisecond) {
+			if !loop.Sleep(readyCtx, 10*time.Millisecond) {
 				fmt.Fprintln(out)
 				return false, errors.New("demo: interrupted")
 			}
@@ -284,15 +285,3 @@ func writeTimeline(path string, events []timeline.Event) error {
 }
 
 func formatRate(r float64) string { return strconv.FormatFloat(r, 'g', -1, 64) }
-
-// sleep waits d or until ctx ends; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}

@@ -16,6 +16,7 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/client"
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/loop"
 	"github.com/raftpace/raftpace/node"
 )
 
@@ -111,7 +112,7 @@ func httpWorker(ctx context.Context, hc *http.Client, u string, log *slog.Logger
 		if err != nil {
 			if ctx.Err() == nil {
 				tl.log(slog.LevelWarn, "load-http", err)
-				sleep(ctx, 50*time.Millisecond)
+				loop.Sleep(ctx, 50*time.Millisecond)
 			}
 			continue
 		}
@@ -139,7 +140,7 @@ func (g GateConfig) slotWorker(ctx context.Context, c *client.Client, nodeID str
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, raftpace.ErrConcurrencyLimit) {
 				tl.log(slog.LevelWarn, "load-slots", err)
-				sleep(ctx, 50*time.Millisecond)
+				loop.Sleep(ctx, 50*time.Millisecond)
 			}
 			continue
 		}
@@ -152,7 +153,7 @@ func (g GateConfig) slotWorker(ctx context.Context, c *client.Client, nodeID str
 		// Never hold past the slot's deadline: the cap is only promised
 		// that long.
 		hold = min(hold, time.Until(s.Deadline)-10*time.Millisecond)
-		sleep(ctx, hold)
+		loop.Sleep(ctx, hold)
 		write(fmt.Sprintf("R %d %s %s\n", time.Now().UnixNano(), nodeID, s.ID))
 		h.Release()
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/bench"
 	"github.com/raftpace/raftpace/client"
+	"github.com/raftpace/raftpace/internal/loop"
 )
 
 // Recorder receives every admitted event. *timeline.Writer is one.
@@ -188,7 +189,7 @@ func (k *keyLoad) run(ctx context.Context, t Target, o Options, rec Recorder, lo
 	if t.LimitKnown != nil && !t.LimitKnown(ctx, k.spec.Key) {
 		log.Info("load: no limit set for the key yet; waiting")
 		for !t.LimitKnown(ctx, k.spec.Key) {
-			if !sleep(ctx, limitPoll) {
+			if !loop.Sleep(ctx, limitPoll) {
 				return
 			}
 		}
@@ -242,7 +243,7 @@ func arrivals(ctx context.Context, rate float64, queue chan<- struct{}, shed *at
 			}
 		}
 		next := start.Add(time.Duration(float64(offered) / rate * float64(time.Second)))
-		if !sleep(ctx, max(time.Until(next), 500*time.Microsecond)) {
+		if !loop.Sleep(ctx, max(time.Until(next), 500*time.Microsecond)) {
 			return
 		}
 	}
@@ -281,7 +282,7 @@ func (w *loadWorker) take(ctx context.Context, deadline time.Time) error {
 			return err
 		}
 		w.lat.Record(took)
-		if d := time.Until(r.At); d > 0 && !sleep(ctx, d) {
+		if d := time.Until(r.At); d > 0 && !loop.Sleep(ctx, d) {
 			w.res.Forfeit(r)
 			return ctx.Err()
 		}
@@ -351,25 +352,13 @@ func (w *loadWorker) failed(ctx context.Context, err error, backoff *time.Durati
 		return false
 	case errors.Is(err, raftpace.ErrUnknownKey):
 		w.errs.log(slog.LevelInfo, "load: no limit set for the key yet; retrying", nil)
-		return sleep(ctx, unknownKeyRetry)
+		return loop.Sleep(ctx, unknownKeyRetry)
 	}
 	w.k.errors.Add(1)
 	w.errs.log(slog.LevelWarn, "load: reservation failed; retrying", err)
-	ok := sleep(ctx, *backoff)
+	ok := loop.Sleep(ctx, *backoff)
 	*backoff = min(2**backoff, maxErrorBackoff)
 	return ok
-}
-
-// sleep waits d or until ctx ends; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // throttledLog logs at most once per period and counts what it dropped.
