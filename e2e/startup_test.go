@@ -84,10 +84,10 @@ func TestE2E_StartupErrors(t *testing.T) {
 		}, []string{"raftpace: agent: invalid configuration:", "TLS: CA file", "no PEM CERTIFICATE block"}},
 		{"gossip key garbage", func(t *testing.T, _ string) []string {
 			return []string{"--gossip-key-file", file(t, "gossip.key", "junk!")}
-		}, []string{"raftpace: agent: invalid configuration:", "GossipKeyFile", "base64"}},
+		}, []string{"raftpace: agent: invalid configuration:", "--gossip-key-file", "base64"}},
 		{"postgres URL unparseable", func(t *testing.T, _ string) []string {
 			return []string{"--postgres", "postgres://raftpace:" + password + "@db.example:54x2/raftpace"}
-		}, []string{"raftpace: agent: invalid configuration:", "PostgresURL: cannot parse: invalid port"}},
+		}, []string{"raftpace: agent: invalid configuration:", "--postgres: cannot parse: invalid port"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

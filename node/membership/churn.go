@@ -114,7 +114,8 @@ func (m *Membership) reclaimLoop() {
 // reclaim takes back the fraction of every member that will not spend it,
 // by the strongest rule available:
 //
-//   - with the witness, a member whose share has lapsed is fenced through
+//   - with the witness, a member whose share has lapsed, silent for
+//     ShareTTL, is fenced through
 //     Postgres once Postgres has not heard from it for fenceStale (a member
 //     it hears from is alive: cut off, pooling or pacing under its licence,
 //     and keeps its fraction); the fraction counts from the fence's answer
@@ -132,7 +133,13 @@ func (m *Membership) reclaim(lastTry map[string]time.Time) {
 			m.d.Shares.Release(id, m.d.Now())
 		}
 	case m.d.Fence != nil:
-		for _, id := range m.d.Shares.Overdue(self, 0) {
+		// Silent for ShareTTL, not just past its hold: a member added a
+		// moment ago has no hold yet and may not have reached Postgres
+		// either (its first heartbeat goes out once its link is open), so
+		// the witness would say "never seen" and fence a live member. A
+		// member that answered renewals is past its hold only once ShareTTL
+		// has passed since its last answer anyway.
+		for _, id := range m.d.Shares.Overdue(self, m.cfg.ShareTTL) {
 			if time.Since(lastTry[id]) < m.cfg.WitnessTTL/3 {
 				continue
 			}
@@ -219,13 +226,27 @@ func (m *Membership) forgetReleased() {
 // healthy nonvoters (reconcile's promotion). The member's fraction is not
 // touched: it stays reserved until reclaim releases it. A removed member
 // that is alive is added again once it answers a probe.
+//
+// A member reconcile added within the last FailedServerAfter is not failed
+// yet, however long it was silent before: a member that comes back after
+// it was removed has not answered a renewal when it is added again, and
+// removing it at the next reconcile (every 500ms), before a renewal could
+// reach it, kept it out for good (a restarted member was added and removed
+// every 500ms for 13 s in a chaos run).
 func (m *Membership) removeFailed(servers []raft.Server) ([]raft.Server, error) {
+	now := time.Now()
+	for id, at := range m.addedAt {
+		if now.Sub(at) >= m.cfg.FailedServerAfter {
+			delete(m.addedAt, id)
+		}
+	}
 	var failed []raft.Server
 	voters, healthyVoters := 0, 0
 	for _, s := range servers {
 		id := string(s.ID)
 		silent, lapsed := m.d.Shares.Silence(id)
-		dead := id != m.cfg.NodeID && lapsed && silent >= m.cfg.FailedServerAfter
+		_, justAdded := m.addedAt[id]
+		dead := id != m.cfg.NodeID && lapsed && silent >= m.cfg.FailedServerAfter && !justAdded
 		if s.Suffrage == raft.Voter {
 			voters++
 			if !dead {

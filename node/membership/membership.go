@@ -127,13 +127,17 @@ type Membership struct {
 	// leader's connection check, so it is not retried on every reconcile
 	// (reconcile goroutine only).
 	tlsChecks map[string]tlsCheck
+	// addedAt is when reconcile last added each member to raft
+	// (reconcile goroutine only): removeFailed leaves a member alone for
+	// FailedServerAfter after that, so it has time to answer a renewal.
+	addedAt map[string]time.Time
 }
 
 // New joins no one yet: it starts this node's gossip (memberlist on its
 // port) so that others can find it. ctx is the node's: its end stops every
 // goroutine membership starts.
 func New(ctx context.Context, cfg Config, d Deps) (*Membership, error) {
-	m := &Membership{cfg: cfg, d: d, log: cfg.Logger, ctx: ctx}
+	m := &Membership{cfg: cfg, d: d, log: cfg.Logger, ctx: ctx, addedAt: make(map[string]time.Time)}
 	g, err := newGossip(cfg, d.Addr, d.Raft.LastIndex() > 0, d.Shares.Rejoined)
 	if err != nil {
 		return nil, err

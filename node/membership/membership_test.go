@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // fakeShares is share bookkeeping the test sets by hand: every member
@@ -16,11 +18,15 @@ import (
 type fakeShares struct {
 	overdue  map[string]time.Duration
 	releases map[string]int64
+	silent   map[string]time.Duration // Silence: lapsed, silent this long
 }
 
 func (f *fakeShares) Rejoined(string)                             {}
 func (f *fakeShares) CaughtUp(string, time.Duration, uint64) bool { return false }
-func (f *fakeShares) Silence(string) (time.Duration, bool)        { return 0, false }
+func (f *fakeShares) Silence(id string) (time.Duration, bool) {
+	d, ok := f.silent[id]
+	return d, ok
+}
 func (f *fakeShares) Overdue(self string, after time.Duration) []string {
 	var out []string
 	for id, d := range f.overdue {
@@ -38,7 +44,7 @@ func testMembership(cfg Config, d Deps) *Membership {
 	cfg.NodeID = "self"
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	d.Now = func() int64 { return int64(time.Hour) }
-	return &Membership{cfg: cfg, d: d, log: cfg.Logger, ctx: context.Background()}
+	return &Membership{cfg: cfg, d: d, log: cfg.Logger, ctx: context.Background(), addedAt: make(map[string]time.Time)}
 }
 
 // Without a witness a member is reaped only once silent for ReapAfter, and
@@ -57,7 +63,10 @@ func TestMembership_ReclaimReapsAfterReapAfter(t *testing.T) {
 // hears from, or a witness that does not answer, keeps it. A member is not
 // asked about more often than every WitnessTTL/3.
 func TestMembership_ReclaimFencesThroughTheWitness(t *testing.T) {
-	sh := &fakeShares{overdue: map[string]time.Duration{"alive": 0, "down": 0, "gone": 0}, releases: map[string]int64{}}
+	// "new" joined 100ms ago and has not been renewed yet: not silent for
+	// ShareTTL, so not fenced (the witness has not heard from it yet
+	// either, and would say so).
+	sh := &fakeShares{overdue: map[string]time.Duration{"alive": 2 * time.Second, "down": 2 * time.Second, "gone": 2 * time.Second, "new": 100 * time.Millisecond}, releases: map[string]int64{}}
 	asked := map[string]int{}
 	fence := func(_ context.Context, id string) (FenceResult, error) {
 		asked[id]++
@@ -69,7 +78,7 @@ func TestMembership_ReclaimFencesThroughTheWitness(t *testing.T) {
 		}
 		return FenceResult{Fenced: true, Wait: 2 * time.Second}, nil
 	}
-	m := testMembership(Config{WitnessTTL: 3 * time.Second, UseGrace: 100 * time.Millisecond, ReapAfter: time.Nanosecond},
+	m := testMembership(Config{WitnessTTL: 3 * time.Second, ShareTTL: time.Second, UseGrace: 100 * time.Millisecond, ReapAfter: time.Nanosecond},
 		Deps{Shares: sh, Fence: fence})
 	lastTry := map[string]time.Time{}
 	m.reclaim(lastTry)
@@ -77,6 +86,9 @@ func TestMembership_ReclaimFencesThroughTheWitness(t *testing.T) {
 		t.Fatalf("releases = %v, want gone alone, from now + Wait + UseGrace", sh.releases)
 	}
 	m.reclaim(lastTry)
+	if asked["new"] != 0 {
+		t.Fatalf("the witness was asked to fence a member added %v ago, before ShareTTL", sh.overdue["new"])
+	}
 	if asked["alive"] != 1 || asked["down"] != 1 {
 		t.Fatalf("asked = %v: the witness was asked again within WitnessTTL/3", asked)
 	}
@@ -113,5 +125,28 @@ func TestMembership_GossipKeyHint(t *testing.T) {
 	other := "[DEBUG] memberlist: stream connection\n"
 	if _, err := h.Write([]byte(other)); err != nil || buf.String() != other {
 		t.Fatalf("passed on %q, want %q unchanged", buf.String(), other)
+	}
+}
+
+// A member added to raft again after it was removed as failed is not
+// removed again before FailedServerAfter has passed since the add,
+// however long it was silent: it needs that time to answer a renewal.
+// (Removing it would take raft; with no raft here, a removal panics.)
+func TestMembership_JustAddedMemberIsNotFailed(t *testing.T) {
+	sh := &fakeShares{silent: map[string]time.Duration{"n1": 20 * time.Second}}
+	m := testMembership(Config{NodeID: "n2", FailedServerAfter: 3 * time.Second}, Deps{Shares: sh})
+	m.addedAt["n1"] = time.Now()
+	servers := []raft.Server{{ID: "n1", Suffrage: raft.Nonvoter}, {ID: "n2", Suffrage: raft.Voter}, {ID: "n3", Suffrage: raft.Voter}}
+	left, err := m.removeFailed(servers)
+	if err != nil || len(left) != 3 {
+		t.Fatalf("removeFailed = %v, %v; want all three kept", left, err)
+	}
+	m.addedAt["n1"] = time.Now().Add(-4 * time.Second)
+	func() {
+		defer func() { _ = recover() }() // the removal reaches for raft: it was attempted
+		_, _ = m.removeFailed(servers)
+	}()
+	if _, still := m.addedAt["n1"]; still {
+		t.Fatal("an add older than FailedServerAfter was kept")
 	}
 }

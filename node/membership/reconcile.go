@@ -115,6 +115,8 @@ func (m *Membership) reconcile() error {
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("add %s: %w", id, err))
+			} else {
+				m.addedAt[id] = time.Now()
 			}
 		}
 	}

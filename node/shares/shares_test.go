@@ -239,3 +239,28 @@ func BenchmarkSharesFraction(b *testing.B) {
 		}
 	}
 }
+
+// A member added to a leader's list has no hold yet: it is overdue only
+// once it stayed silent for the asked time since it was added, so the
+// witness path (Overdue(self, ShareTTL)) gives it ShareTTL to answer its
+// first renewal rather than fencing it at once.
+func TestShares_AddedMemberOverdueOnlyAfterSilence(t *testing.T) {
+	clk := &fakeClock{t: int64(10 * time.Second)}
+	ttl := time.Second
+	s := New(clk.now, ttl)
+	s.Lead(threeMembers())
+	for _, id := range []string{"a", "b", "c"} {
+		s.Renewed(id, clk.now(), clk.now(), wire.ShareAnswer{Fraction: 0.25})
+	}
+	clk.add(100 * time.Millisecond)
+	s.SetMembers(append(threeMembers(), fsm.Member{ID: "d", Fraction: 0.25}))
+	clk.add(50 * time.Millisecond)
+	if got := s.Overdue("a", ttl); len(got) != 0 {
+		t.Fatalf("Overdue 50ms after d was added = %v, want none", got)
+	}
+	clk.add(ttl)
+	got := s.Overdue("a", ttl)
+	if len(got) != 3 || got[0] != "b" || got[2] != "d" {
+		t.Fatalf("Overdue after ShareTTL of silence = %v, want b, c, d", got)
+	}
+}
