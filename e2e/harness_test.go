@@ -127,7 +127,7 @@ type agentOpts struct {
 // each reports the same leader.
 func startCluster(t *testing.T, size int, o agentOpts) *cluster {
 	t.Helper()
-	c := &cluster{t: t, dir: t.TempDir()}
+	c := &cluster{t: t, dir: keptDir(t)} // agent logs kept when the test fails
 	for i := 0; i < size; i++ {
 		a := c.newAgent(fmt.Sprintf("n%d", i+1), nil)
 		a.args = []string{"--bootstrap-expect", fmt.Sprint(size), "--log-format", "json", "--log-level", "debug"}

