@@ -147,14 +147,15 @@ func newScenario(t *testing.T, id string, o chaosOpts) *scenario {
 }
 
 // keptDir is a directory for the cluster's files, removed at the end
-// unless the test failed: then its logs and timelines stay for a look.
+// unless the test failed (or RAFTPACE_E2E_KEEP is set, to compare a pass
+// with a failure): then its logs and timelines stay for a look.
 func keptDir(t *testing.T) string {
 	dir, err := os.MkdirTemp("", "raftpace-chaos-"+strings.ReplaceAll(t.Name(), "/", "_")+"-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("RAFTPACE_E2E_KEEP") != "" {
 			t.Logf("agent logs and timelines kept in %s", dir)
 			return
 		}

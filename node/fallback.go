@@ -56,7 +56,6 @@ func (n *Node) newFallback() *fallback.Fallback {
 			Join: func(ctx context.Context, id string, fraction float64) error {
 				return n.pg.JoinPool(ctx, id, fraction)
 			},
-			Leave: func(ctx context.Context, id string) error { return n.pg.LeavePool(ctx, id) },
 			LeaveBusy: func(ctx context.Context, id string) (time.Duration, error) {
 				return n.pg.LeavePoolBusy(ctx, id)
 			},

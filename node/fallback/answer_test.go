@@ -42,13 +42,18 @@ func TestShareAnswer(t *testing.T) {
 	if want := 80*time.Millisecond + useGrace - 100*time.Millisecond; a.Busy != want {
 		t.Fatalf("answer back from local: busy %v, want %v (last slot + UseGrace - now)", a.Busy, want)
 	}
-	// Back in raft mode: nothing in flight any more.
-	if a := h.renewAt(lapse + 150*time.Millisecond); a.Busy != 0 {
-		t.Fatalf("next answer in raft mode: busy %v, want 0", a.Busy)
+	// Back in raft mode, each answer reports what is left of that reach
+	// (the leader counts the share from the latest), then nothing.
+	if want := 80*time.Millisecond + useGrace - 150*time.Millisecond; h.renewAt(lapse+150*time.Millisecond).Busy != want {
+		t.Fatalf("next answer in raft mode: busy %v, want the rest of the reach %v", h.fb.Renew().Busy, want)
+	}
+	done := lapse + 80*time.Millisecond + useGrace
+	if a := h.renewAt(done); a.Busy != 0 {
+		t.Fatalf("answer once the last fallback slot is past its use-by: busy %v, want 0", a.Busy)
 	}
 	// A lapse with slots long used: busy 0.
-	h.wantMode(lapse+150*time.Millisecond+shareTTL, ModeLocal)
-	if a := h.renewAt(lapse + 150*time.Millisecond + 2*shareTTL); a.Busy != 0 {
+	h.wantMode(done+shareTTL, ModeLocal)
+	if a := h.renewAt(done + 2*shareTTL); a.Busy != 0 {
 		t.Fatalf("answer with every fallback slot past its use-by: busy %v, want 0", a.Busy)
 	}
 }

@@ -46,8 +46,6 @@ type Pool struct {
 	Reachable func() bool
 	// Join registers (or renews) id in the pool with its fraction.
 	Join func(ctx context.Context, id string, fraction float64) error
-	// Leave deletes id's registration.
-	Leave func(ctx context.Context, id string) error
 	// LeaveBusy deletes id's registration and returns how far the pool's
 	// cursors reach past the answer.
 	LeaveBusy func(ctx context.Context, id string) (time.Duration, error)
@@ -139,8 +137,11 @@ type Fallback struct {
 	lastTry   int64 // last attempt to (re)join the pool from local pacing
 	fraction  func() float64
 	announced Mode
-	// joining counts JoinPool calls in flight (tendPool).
+	// joining counts JoinPool calls in flight (tendPool), joins those
+	// ever started: a pool leave shortens poolUntil only if no join
+	// overlapped it (leavePoolAsync).
 	joining int
+	joins   uint64
 	// slots granted in fallback from this node's fraction of each cap
 	// (slots.go); slotEnd is when the last of them ends.
 	slots   map[string]localSlot
@@ -251,7 +252,7 @@ func (fb *Fallback) advanceLocked(now int64) Mode {
 	return m
 }
 
-func (fb *Fallback) announce(m Mode) {
+func (fb *Fallback) announce(m Mode, attrs ...any) {
 	prev := fb.announced
 	fb.announced = m
 	switch m {
@@ -270,7 +271,7 @@ func (fb *Fallback) announce(m Mode) {
 				"from", prev.String(), "in_fallback_for", fb.cfg.FallbackFor)
 		}
 	case ModeRaft:
-		fb.d.Log.Info("share renewed by the leader: admitting through raft", "from", prev.String())
+		fb.d.Log.Info("share renewed by the leader: admitting through raft", append([]any{"from", prev.String()}, attrs...)...)
 	case ModePooled:
 		fb.d.Log.Warn("no leader renewed this node's share: pooling its fallback fraction in postgres",
 			"from", prev.String(), "fraction", fb.fraction(), "stop_after", fb.cfg.FallbackFor)
@@ -284,29 +285,36 @@ func (fb *Fallback) Renew() wire.ShareAnswer {
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
 	now := fb.d.Now()
-	var busy int64
 	if m := Mode(fb.mode.Load()); m != ModeRaft || now >= fb.promiseAt() {
-		poolEnd := fb.poolUntil
 		if m == ModePooled {
-			poolEnd = fb.leavePoolNow(poolEnd)
-		}
-		end := max(fb.lastSlot+int64(fb.cfg.UseGrace), poolEnd, fb.slotEnd)
-		if end > now {
-			busy = end - now
+			fb.leavePoolNow()
 		}
 		fb.pending = false
 	}
+	// Every answer reports the reach, not only the first after a fallback:
+	// a pool leave that did not answer in time reports the registration's
+	// TTL first, and the exact reach at the next renewal once it did
+	// (leavePoolAsync), so the leader counts the share from then on.
+	busy := time.Duration(max(0, fb.reachLocked()-now))
 	fb.promise.Store(now + int64(fb.cfg.ShareTTL))
 	fb.renewedOnce.Store(true)
 	if !fb.departed {
 		fb.mode.Store(int32(ModeRaft))
 		if fb.announced != ModeRaft {
-			fb.announce(ModeRaft)
+			fb.announce(ModeRaft, "fallback_busy", busy)
 		}
 	}
 	// Report the committed fraction: the leader counts an unheld member at
 	// the larger of committed and reported.
-	return wire.ShareAnswer{Applied: fb.d.State.AppliedIndex(), Fraction: fb.d.Fraction(), Busy: time.Duration(busy), Fenced: fb.fenced.Load(), Departing: fb.departed}
+	return wire.ShareAnswer{Applied: fb.d.State.AppliedIndex(), Fraction: fb.d.Fraction(), Busy: busy, Fenced: fb.fenced.Load(), Departing: fb.departed}
+}
+
+// reachLocked returns when the grants this node made from its fallback
+// fraction end, use included: its local slots plus UseGrace, the pool's
+// grants that counted it, its fallback concurrency slots. In the past
+// once a fallback is over.
+func (fb *Fallback) reachLocked() int64 {
+	return max(fb.lastSlot+int64(fb.cfg.UseGrace), fb.poolUntil, fb.slotEnd)
 }
 
 // Depart stops this node's fallback for good (it is leaving the cluster)
@@ -320,7 +328,7 @@ func (fb *Fallback) Depart() time.Duration {
 	m := Mode(fb.mode.Load())
 	var end int64
 	if m != ModeRaft || now >= fb.promiseAt() {
-		end = max(fb.lastSlot+int64(fb.cfg.UseGrace), fb.poolUntil, fb.slotEnd)
+		end = fb.reachLocked()
 		if m == ModePooled {
 			fb.leavePoolAsync()
 		}

@@ -48,6 +48,7 @@ func (fb *Fallback) tendPool(ctx context.Context) {
 	// Counted under the lock that decided it, so a renewal that leaves
 	// the pool meanwhile knows this join may register again (leavePoolNow).
 	fb.joining++
+	fb.joins++
 	fb.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
@@ -58,7 +59,14 @@ func (fb *Fallback) tendPool(ctx context.Context) {
 	fb.joining--
 	m = Mode(fb.mode.Load())
 	if !fb.poolable(m) {
-		return // a renewal or the budget moved it meanwhile
+		// A renewal or a leave moved it meanwhile and bounded the pool's
+		// grants by this join's TTL (leavePoolNow): the join may have
+		// registered after the renewal's leave, so leave again, which
+		// brings that bound down to the pool's real reach.
+		if fb.joining == 0 {
+			fb.leavePoolAsync()
+		}
+		return
 	}
 	if errors.Is(err, pgstore.ErrFenced) {
 		fb.licence.Store(0)
@@ -158,19 +166,24 @@ func (fb *Fallback) reservePooled(key string, lim fsm.Limit, count int, maxWait 
 // a registration it makes can start).
 const joinTimeout = time.Second
 
-// leavePoolNow leaves the pool on the way back to raft and returns when
-// the pool's grants that counted this node's fraction end (node clock):
-// LeavePool deletes the registration after every reservation that counted
-// it, and reports how far the pool's cursors reach, so they end by its
-// answer plus that plus UseGrace, usually well before the registration's
-// TTL (fallback returns otherwise: ttlEnd). The caller holds fb.mu; the
-// call is bounded by a sixth of ShareTTL, inside the leader's wait for the
-// renewal answer. A JoinPool in flight could register again after the
-// delete: then the TTL rule stands, from the latest such registration.
-func (fb *Fallback) leavePoolNow(ttlEnd int64) int64 {
+// leavePoolNow leaves the pool on the way back to raft and sets poolUntil
+// to when the pool's grants that counted this node's fraction end (node
+// clock): LeavePool deletes the registration after every reservation that
+// counted it, and reports how far the pool's cursors reach, so they end by
+// its answer plus that plus UseGrace, usually well before the
+// registration's TTL. The caller holds fb.mu; the call is bounded by a
+// sixth of ShareTTL, inside the leader's wait for the renewal answer.
+//
+// When it cannot say (the call failed or took too long, or a JoinPool in
+// flight could register again after the delete) the TTL rule stands, from
+// the latest such registration, and the leave is made again in the
+// background: once it answers, poolUntil comes down to the real reach and
+// the next renewal answer reports it.
+func (fb *Fallback) leavePoolNow() {
 	if fb.joining > 0 {
-		fb.leavePoolAsync()
-		return max(ttlEnd, fb.d.Now()+int64(joinTimeout+PoolTTL+PoolMaxWait+fb.cfg.UseGrace))
+		// The join leaves again when it returns (tendPool).
+		fb.poolUntil = max(fb.poolUntil, fb.d.Now()+int64(joinTimeout+PoolTTL+PoolMaxWait+fb.cfg.UseGrace))
+		return
 	}
 	ctx, cancel := context.WithTimeout(fb.d.Ctx, fb.cfg.ShareTTL/6)
 	defer cancel()
@@ -178,20 +191,31 @@ func (fb *Fallback) leavePoolNow(ttlEnd int64) int64 {
 	if err != nil {
 		fb.d.Log.Debug("leave pool", "err", err)
 		fb.leavePoolAsync()
-		return ttlEnd
+		return
 	}
-	return fb.d.Now() + int64(busy+fb.cfg.UseGrace)
+	fb.poolUntil = fb.d.Now() + int64(busy+fb.cfg.UseGrace)
 }
 
-// leavePoolAsync removes the registration (best effort: it expires anyway).
+// leavePoolAsync removes the registration in the background (it expires
+// anyway) and, if no JoinPool overlapped the call, lowers poolUntil to the
+// pool's reach it reports. The caller holds fb.mu.
 func (fb *Fallback) leavePoolAsync() {
+	clean, joins := fb.joining == 0, fb.joins
 	fb.d.WG.Add(1)
 	go func() {
 		defer fb.d.WG.Done()
 		ctx, cancel := context.WithTimeout(fb.d.Ctx, 2*time.Second)
 		defer cancel()
-		if err := fb.d.Pool.Leave(ctx, fb.cfg.NodeID); err != nil {
+		busy, err := fb.d.Pool.LeaveBusy(ctx, fb.cfg.NodeID)
+		recv := fb.d.Now()
+		if err != nil {
 			fb.d.Log.Debug("leave pool", "err", err)
+			return
+		}
+		fb.mu.Lock()
+		defer fb.mu.Unlock()
+		if clean && fb.joining == 0 && fb.joins == joins {
+			fb.poolUntil = min(fb.poolUntil, recv+int64(busy+fb.cfg.UseGrace))
 		}
 	}()
 }

@@ -20,7 +20,9 @@ type fakePool struct {
 	joins      []float64 // the fractions joined with
 	leaves     int
 	leaveBusy  time.Duration
-	leaveErr   error
+	leaveFail  int           // how many of the next leaves fail
+	joinGate   chan struct{} // when set, a join waits for it
+	leaveGate  chan struct{} // when set, a leave that does not fail waits for it
 	reserveErr error
 	wait       time.Duration // a pooled reservation's wait
 	maxWaits   []time.Duration
@@ -32,20 +34,32 @@ func (p *fakePool) pool() *Pool {
 		Reachable: func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.reachable },
 		Join: func(_ context.Context, id string, fraction float64) error {
 			p.mu.Lock()
+			gate := p.joinGate
+			p.mu.Unlock()
+			if gate != nil {
+				<-gate
+			}
+			p.mu.Lock()
 			defer p.mu.Unlock()
 			p.joins = append(p.joins, fraction)
 			return p.joinErr
 		},
-		Leave: func(context.Context, string) error {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			p.leaves++
-			return nil
-		},
 		LeaveBusy: func(context.Context, string) (time.Duration, error) {
 			p.mu.Lock()
+			p.leaves++
+			if p.leaveFail > 0 {
+				p.leaveFail--
+				p.mu.Unlock()
+				return 0, errors.New("leave pool: timeout")
+			}
+			gate := p.leaveGate
+			p.mu.Unlock()
+			if gate != nil {
+				<-gate
+			}
+			p.mu.Lock()
 			defer p.mu.Unlock()
-			return p.leaveBusy, p.leaveErr
+			return p.leaveBusy, nil
 		},
 		Reserve: func(_ context.Context, key string, lim fsm.Limit, count int, maxWait time.Duration) (time.Duration, error) {
 			p.mu.Lock()
@@ -271,7 +285,9 @@ func TestPooledStopsAfterFallbackFor(t *testing.T) {
 }
 
 // pooled -> raft on a renewal: the node leaves the pool and reports how far
-// its cursors reach; if it cannot, the registration's TTL stands.
+// its cursors reach; if it cannot, the registration's TTL stands until a
+// leave in the background answers, and the next renewal reports the
+// pool's reach from that answer.
 func TestRenewFromPooled(t *testing.T) {
 	h, fp := pooledAt(t, witnessed())
 	fp.set(func(p *fakePool) { p.leaveBusy = 200 * time.Millisecond })
@@ -281,15 +297,84 @@ func TestRenewFromPooled(t *testing.T) {
 	if m := h.fb.Current(); m != ModeRaft {
 		t.Fatalf("after the renewal: %s", m)
 	}
+	if a := h.renewAt(shareTTL + time.Second + 100*time.Millisecond); a.Busy != 100*time.Millisecond+useGrace {
+		t.Fatalf("the next renewal: busy %v, want the rest of the same reach", a.Busy)
+	}
+	if a := h.renewAt(shareTTL + 2*time.Second); a.Busy != 0 {
+		t.Fatalf("once the pool's grants are over: busy %v, want 0", a.Busy)
+	}
 
 	h, fp = pooledAt(t, witnessed())
-	fp.set(func(p *fakePool) { p.leaveErr = errors.New("timeout") })
-	if a := h.renewAt(shareTTL + time.Second); a.Busy != poolUntil-shareTTL-time.Second {
-		t.Fatalf("back from the pool, leave failed: busy %v, want until the registration's end %v", a.Busy, poolUntil-shareTTL-time.Second)
+	fp.set(func(p *fakePool) { p.leaveFail = 1; p.leaveBusy = 200 * time.Millisecond })
+	back := shareTTL + time.Second
+	if a := h.renewAt(back); a.Busy != poolUntil-back {
+		t.Fatalf("back from the pool, leave failed: busy %v, want until the registration's end %v", a.Busy, poolUntil-back)
 	}
+	h.wg.Wait() // the leave made again in the background answers at back
+	if fp.leaveCount() != 2 {
+		t.Fatalf("leaves %d, want the failed one and one in the background", fp.leaveCount())
+	}
+	if a := h.renewAt(back + 100*time.Millisecond); a.Busy != 100*time.Millisecond+useGrace {
+		t.Fatalf("the renewal after the background leave: busy %v, want the pool's reach it reported", a.Busy)
+	}
+}
+
+// A renewal while a join of the pool is in flight cannot leave before the
+// join registers: it reports the bound of a registration made by that join
+// (joinTimeout + TTL + PoolMaxWait + UseGrace); when the join returns the
+// node leaves again, and the next renewal reports the pool's reach.
+func TestRenewWhileJoining(t *testing.T) {
+	h, fp := pooledAt(t, witnessed())
+	gate := make(chan struct{})
+	fp.set(func(p *fakePool) { p.joinGate = gate; p.leaveBusy = 300 * time.Millisecond })
+	renewDue := poolUntil - PoolMaxWait - useGrace - PoolTTL*2/3 + time.Millisecond
+	h.at(renewDue)
+	done := make(chan struct{})
+	go func() { h.fb.tendPool(context.Background()); close(done) }()
+	for {
+		h.fb.mu.Lock()
+		joining := h.fb.joining
+		h.fb.mu.Unlock()
+		if joining > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	want := joinTimeout + PoolTTL + PoolMaxWait + useGrace
+	if a := h.renewAt(renewDue); a.Busy != want {
+		t.Fatalf("renewed while joining: busy %v, want %v", a.Busy, want)
+	}
+	if fp.leaveCount() != 0 {
+		t.Fatalf("left %d times while the join was in flight, want 0 (the join could register after the leave)", fp.leaveCount())
+	}
+	close(gate)
+	<-done
 	h.wg.Wait()
 	if fp.leaveCount() != 1 {
-		t.Fatalf("leaves %d, want a best effort leave after the failed one", fp.leaveCount())
+		t.Fatalf("leaves %d after the join returned, want 1", fp.leaveCount())
+	}
+	if a := h.renewAt(renewDue + 100*time.Millisecond); a.Busy != 200*time.Millisecond+useGrace {
+		t.Fatalf("the renewal after the leave: busy %v, want the pool's reach it reported", a.Busy)
+	}
+}
+
+// A leave that a join overlapped does not lower the bound: the join may
+// have registered after the delete.
+func TestLeaveOverlappedByJoinKeepsBound(t *testing.T) {
+	h, fp := pooledAt(t, witnessed())
+	gate := make(chan struct{})
+	fp.set(func(p *fakePool) { p.leaveFail = 1; p.leaveGate = gate })
+	back := shareTTL + time.Second
+	if a := h.renewAt(back); a.Busy != poolUntil-back {
+		t.Fatalf("leave failed: busy %v, want %v", a.Busy, poolUntil-back)
+	}
+	h.fb.mu.Lock()
+	h.fb.joins++ // a join started while the background leave ran
+	h.fb.mu.Unlock()
+	close(gate)
+	h.wg.Wait()
+	if a := h.renewAt(back + 100*time.Millisecond); a.Busy != poolUntil-back-100*time.Millisecond {
+		t.Fatalf("after a leave a join overlapped: busy %v, want the registration's bound %v", a.Busy, poolUntil-back-100*time.Millisecond)
 	}
 }
 

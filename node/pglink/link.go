@@ -190,17 +190,6 @@ func (p *Link) JoinPool(ctx context.Context, id string, fraction float64) error 
 	return err
 }
 
-// LeavePool leaves the pool.
-func (p *Link) LeavePool(ctx context.Context, id string) error {
-	s, err := p.get(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = s.LeavePool(ctx, id)
-	p.note(err)
-	return err
-}
-
 // LeavePoolBusy leaves the pool and returns how far the pool's cursors
 // reach past the answer (see pgstore.Store.LeavePool).
 func (p *Link) LeavePoolBusy(ctx context.Context, id string) (time.Duration, error) {

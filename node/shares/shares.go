@@ -166,9 +166,13 @@ func (s *Shares) Renewed(id string, q, r int64, a wire.ShareAnswer) {
 		st = &shareState{}
 		s.by[id] = st
 	}
-	if st.heldUntil <= r || a.Busy > 0 {
-		// The share had lapsed (or the member was in fallback): count it
-		// only once the member's own fallback slots are done.
+	if st.heldUntil <= r || a.Busy > 0 || st.heldFrom > r {
+		// The share had lapsed (or the member's fallback grants still
+		// reach past the answer): count it only once they are done. Every
+		// answer reports that reach afresh, and the latest is the one to
+		// trust: a member whose leave of the Postgres pool did not answer
+		// in time reports the registration's TTL first, the pool's real
+		// reach once the leave answered (node/fallback, leavePoolNow).
 		st.heldFrom = r + int64(a.Busy)
 	}
 	st.heldUntil = max(st.heldUntil, q+s.ttl)

@@ -264,3 +264,46 @@ func TestShares_AddedMemberOverdueOnlyAfterSilence(t *testing.T) {
 		t.Fatalf("Overdue after ShareTTL of silence = %v, want b, c, d", got)
 	}
 }
+
+// A member back from fallback reports how far its fallback grants reach;
+// the leader counts its share from the latest answer's reach: a later,
+// shorter one (its Postgres pool leave answered late) brings the count
+// forward, and an answer reporting nothing left counts it from then.
+func TestShares_LatestReachCounts(t *testing.T) {
+	clk := &fakeClock{t: int64(time.Second)}
+	s := New(clk.now, time.Second)
+	s.Lead(threeMembers())
+	renewAll := func(busyC time.Duration) {
+		for _, id := range []string{"a", "b", "c"} {
+			a := wire.ShareAnswer{Fraction: 1.0 / 3}
+			if id == "c" {
+				a.Busy = busyC
+			}
+			s.Renewed(id, clk.now(), clk.now(), a)
+		}
+	}
+	renewAll(4 * time.Second) // c's leave of the pool did not answer: its TTL
+	if f := s.Fraction(clk.at(1500*time.Millisecond), clk.at(1600*time.Millisecond)); !near(f, 2.0/3) {
+		t.Fatalf("F with c's pool reaching 5s = %v, want 2/3", f)
+	}
+	clk.add(300 * time.Millisecond)
+	renewAll(200 * time.Millisecond) // the leave answered: the pool's reach
+	if f := s.Fraction(clk.at(1400*time.Millisecond), clk.at(1499*time.Millisecond)); !near(f, 2.0/3) {
+		t.Fatalf("F before c's new reach = %v, want 2/3", f)
+	}
+	if f := s.Fraction(clk.at(1500*time.Millisecond), clk.at(1600*time.Millisecond)); !near(f, 1) {
+		t.Fatalf("F after c's new reach = %v, want 1", f)
+	}
+	// A longer reach later (c fell back again and the leader did not see
+	// its share lapse) pushes the count back out.
+	clk.add(100 * time.Millisecond)
+	renewAll(time.Second)
+	if f := s.Fraction(clk.at(1500*time.Millisecond), clk.at(2300*time.Millisecond)); !near(f, 2.0/3) {
+		t.Fatalf("F within c's longer reach = %v, want 2/3", f)
+	}
+	clk.add(100 * time.Millisecond)
+	renewAll(0) // nothing left: counted from this answer on
+	if f := s.Fraction(clk.at(1500*time.Millisecond), clk.at(1600*time.Millisecond)); !near(f, 1) {
+		t.Fatalf("F once c reports nothing left = %v, want 1", f)
+	}
+}
