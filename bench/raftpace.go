@@ -10,7 +10,7 @@ import (
 
 	"github.com/raftpace/raftpace/agent/admin"
 	"github.com/raftpace/raftpace/client"
-	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/report"
 )
 
 // agentProc is one `raftpace agent` process of a bench cluster.
@@ -192,8 +192,8 @@ func (c *cluster) setLimit(ctx context.Context, key string, lim client.Limit) er
 }
 
 // stats returns every agent's counters.
-func (c *cluster) stats(ctx context.Context) (map[string]node.Stats, error) {
-	out := make(map[string]node.Stats)
+func (c *cluster) stats(ctx context.Context) (map[string]report.Stats, error) {
+	out := make(map[string]report.Stats)
 	for _, a := range c.agents {
 		st, err := a.admin().Status(ctx)
 		if err != nil {

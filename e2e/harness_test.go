@@ -340,7 +340,7 @@ func (a *agent) mustCLI(args ...string) string {
 	return out
 }
 
-// statusDoc is what `raftpace status --json` prints (node.Status), in part.
+// statusDoc is what `raftpace status --json` prints (node/report's Status), in part.
 type statusDoc struct {
 	ID           string         `json:"id"`
 	State        string         `json:"state"`

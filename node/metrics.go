@@ -5,35 +5,16 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/node/report"
 	"github.com/raftpace/raftpace/node/tally"
-	"github.com/raftpace/raftpace/transport"
 )
 
 // Counters for monitoring (agent/metrics exports them to Prometheus):
 // reservation outcomes per key, the wait of granted reservations, raft
 // apply latency and leadership transitions. They cost a few atomic adds per
 // reservation; nothing here is package-global. The counting machinery is
-// package node/tally; here are what it counts and the results.
-
-// Reservation outcomes, as Metrics reports them.
-const (
-	OutcomeGranted    = "granted"     // a reservation was granted
-	OutcomeRefused    = "refused"     // raftpace.ErrLimitExceeded: the wait would pass the caller's maximum
-	OutcomePaused     = "paused"      // *raftpace.PausedError: a pause outlasted the caller's maximum wait
-	OutcomeUnknownKey = "unknown_key" // raftpace.ErrUnknownKey: no limit (or no cap) for the key
-	OutcomeError      = "error"       // anything else: no leader, closed, stopped, cancelled
-	// Slot acquisitions (AcquireSlots), counted for each key of the request.
-	OutcomeAcquired           = "acquired"
-	OutcomeConcurrencyRefused = "concurrency_refused" // *raftpace.ConcurrencyLimitError: no room within the maximum wait
-)
-
-// MaxCountedKeys bounds the keys counted one by one; reservations of
-// further keys are counted under OtherKeys.
-const MaxCountedKeys = 1024
-
-// OtherKeys is the key the outcomes of keys past MaxCountedKeys are counted
-// under. It contains a space, so it is never a valid key.
-const OtherKeys = "(other keys)"
+// package node/tally, the shape of the results (Metrics, KeyCounts, the
+// outcomes) package node/report; here is what it counts.
 
 // WaitBuckets are the upper bounds (seconds) of the granted-wait histogram.
 var WaitBuckets = []float64{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
@@ -41,74 +22,31 @@ var WaitBuckets = []float64{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 // ApplyBuckets are the upper bounds (seconds) of the raft apply histogram.
 var ApplyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
 
-// KeyCounts are one key's counters since the node started.
-type KeyCounts struct {
-	Key string `json:"key"`
-	// Reservations (Reserve calls with a valid key and count) by outcome:
-	// OutcomeGranted, OutcomeRefused, OutcomePaused, OutcomeUnknownKey,
-	// OutcomeError.
-	Reservations map[string]uint64 `json:"reservations"`
-	// GrantedEvents is the events in granted reservations (their counts).
-	GrantedEvents uint64 `json:"granted_events"`
-	// Slots (AcquireSlots calls naming the key) by outcome:
-	// OutcomeAcquired, OutcomeConcurrencyRefused, OutcomeUnknownKey,
-	// OutcomeError.
-	Slots map[string]uint64 `json:"slots"`
-}
-
-// Histogram is a snapshot of a histogram: Counts[i] is the number of
-// observations <= Bounds[i] (cumulative); Count and Sum (seconds) cover
-// every observation, those above the last bound included.
-type Histogram struct {
-	Bounds []float64 `json:"bounds"`
-	Counts []uint64  `json:"counts"`
-	Count  uint64    `json:"count"`
-	Sum    float64   `json:"sum"`
-}
-
-// Metrics are the node's monitoring counters (Stats and Status hold the
-// rest).
-type Metrics struct {
-	Keys []KeyCounts `json:"keys"` // sorted by key
-	// Wait is the delay of each granted reservation: from the Reserve call
-	// to the time its events may go (Reservation.At).
-	Wait Histogram `json:"wait"`
-	// Apply is the time of each raft apply this node made as leader
-	// (horizons, limits, pauses, slots, members), until committed and
-	// applied here, or failed.
-	Apply Histogram `json:"apply"`
-	// LeadershipTransitions counts the times this node gained or lost raft
-	// leadership.
-	LeadershipTransitions uint64 `json:"leadership_transitions"`
-	// Transport is the node's RPC and raft transport counters.
-	Transport transport.Stats `json:"transport"`
-}
-
 // Metrics returns the node's monitoring counters.
-func (n *Node) Metrics() Metrics {
-	return Metrics{
+func (n *Node) Metrics() report.Metrics {
+	return report.Metrics{
 		Keys:                  n.keyCountsSnapshot(),
-		Wait:                  Histogram(n.waitHist.Snapshot()),
-		Apply:                 Histogram(n.applyHist.Snapshot()),
+		Wait:                  report.Histogram(n.waitHist.Snapshot()),
+		Apply:                 report.Histogram(n.applyHist.Snapshot()),
 		LeadershipTransitions: n.leaderTransitions.Load(),
-		Transport:             n.trans.Stats(),
+		Transport:             report.TransportStats(n.trans.Stats()),
 	}
 }
 
 // keyCountsSnapshot is every counted key's counters, sorted by key.
-func (n *Node) keyCountsSnapshot() []KeyCounts {
-	var out []KeyCounts
+func (n *Node) keyCountsSnapshot() []report.KeyCounts {
+	var out []report.KeyCounts
 	n.keyCounts.Each(func(key string, c *tally.Counter) {
-		out = append(out, KeyCounts{
+		out = append(out, report.KeyCounts{
 			Key: key,
 			Reservations: map[string]uint64{
-				OutcomeGranted: c.Granted.Load(), OutcomeRefused: c.Refused.Load(), OutcomePaused: c.Paused.Load(),
-				OutcomeUnknownKey: c.Unknown.Load(), OutcomeError: c.Failed.Load(),
+				report.OutcomeGranted: c.Granted.Load(), report.OutcomeRefused: c.Refused.Load(), report.OutcomePaused: c.Paused.Load(),
+				report.OutcomeUnknownKey: c.Unknown.Load(), report.OutcomeError: c.Failed.Load(),
 			},
 			GrantedEvents: c.Events.Load(),
 			Slots: map[string]uint64{
-				OutcomeAcquired: c.Acquired.Load(), OutcomeConcurrencyRefused: c.ConcRefused.Load(),
-				OutcomeUnknownKey: c.SlotUnknown.Load(), OutcomeError: c.SlotFailed.Load(),
+				report.OutcomeAcquired: c.Acquired.Load(), report.OutcomeConcurrencyRefused: c.ConcRefused.Load(),
+				report.OutcomeUnknownKey: c.SlotUnknown.Load(), report.OutcomeError: c.SlotFailed.Load(),
 			},
 		})
 	})

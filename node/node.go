@@ -21,6 +21,7 @@ import (
 	"github.com/raftpace/raftpace/node/lease"
 	"github.com/raftpace/raftpace/node/pacer"
 	"github.com/raftpace/raftpace/node/pglink"
+	"github.com/raftpace/raftpace/node/report"
 	"github.com/raftpace/raftpace/node/shares"
 	"github.com/raftpace/raftpace/node/slots"
 	"github.com/raftpace/raftpace/node/tally"
@@ -125,7 +126,7 @@ func New(cfg Config) (*Node, error) {
 		state:     fsm.New(),
 		ctx:       ctx,
 		cancel:    cancel,
-		keyCounts: tally.NewKeys(MaxCountedKeys, OtherKeys),
+		keyCounts: tally.NewKeys(report.MaxCountedKeys, report.OtherKeys),
 		waitHist:  tally.NewHistogram(WaitBuckets),
 		applyHist: tally.NewHistogram(ApplyBuckets),
 	}

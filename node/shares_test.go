@@ -12,6 +12,7 @@ import (
 	"github.com/raftpace/raftpace/internal/timeline"
 	"github.com/raftpace/raftpace/node"
 	"github.com/raftpace/raftpace/node/nodetest"
+	"github.com/raftpace/raftpace/node/report"
 )
 
 func fastShares(_ int, c *node.Config) {
@@ -47,7 +48,7 @@ func TestShares_FractionsConvergeAndAreHeld(t *testing.T) {
 
 // quorumLoss kills two of three nodes and loads the survivor for 3 s: it
 // falls back to pacing at its fraction of the rate.
-func quorumLoss(t *testing.T, opts ...nodetest.Option) (timeline.KeyReport, node.Status) {
+func quorumLoss(t *testing.T, opts ...nodetest.Option) (timeline.KeyReport, report.Status) {
 	c := nodetest.New(t, 3, append([]nodetest.Option{fastShares}, opts...)...)
 	ctx := nodetest.Ctx(t, 60*time.Second)
 	lim := fsm.Limit{Rate: 60, Burst: 3}

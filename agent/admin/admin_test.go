@@ -19,7 +19,7 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/agent/admin"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/report"
 )
 
 // fakeNode is an in-memory admin.Node. err, when set, is returned by every
@@ -47,14 +47,14 @@ func (f *fakeNode) record(ctx context.Context) error {
 	return f.err
 }
 
-func (f *fakeNode) Status(ctx context.Context) (node.Status, error) {
+func (f *fakeNode) Status(ctx context.Context) (report.Status, error) {
 	if err := f.record(ctx); err != nil {
-		return node.Status{}, err
+		return report.Status{}, err
 	}
-	return node.Status{
+	return report.Status{
 		ID: "n1", State: "Leader", Leader: "n1", Term: 3, Granting: true,
-		Members: []node.MemberStatus{{ID: "n1", Addr: "127.0.0.1:7400", Role: "voter", Health: "alive", Leader: true}},
-		Limits:  []node.LimitStatus{{Key: "a", Rate: 5, Burst: 1}},
+		Members: []report.MemberStatus{{ID: "n1", Addr: "127.0.0.1:7400", Role: "voter", Health: "alive", Leader: true}},
+		Limits:  []report.LimitStatus{{Key: "a", Rate: 5, Burst: 1}},
 	}, nil
 }
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/report"
 )
 
 // ErrUnreachable is wrapped by the Client's errors when no answer came
@@ -158,9 +158,9 @@ func (c *Client) unreachable(ctx context.Context, err error) error {
 	return &UnreachableError{Addr: c.Addr, Timeout: ctx.Err() != nil, Err: err}
 }
 
-// Status returns the agent's node.Status.
-func (c *Client) Status(ctx context.Context) (node.Status, error) {
-	var st node.Status
+// Status returns the agent's node's view of the cluster (GET /v1/status).
+func (c *Client) Status(ctx context.Context) (report.Status, error) {
+	var st report.Status
 	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &st, http.StatusOK)
 	return st, err
 }

@@ -2,7 +2,8 @@
 // client the operator's commands use to call it.
 //
 // It is one of the agent's surfaces (agent/admin, agent/metrics, agent/web):
-// it sits on top of node and imports node and fsm; node, the worker side
+// it sits on top of node but imports only raftpace, fsm and node/report
+// (the shapes of a node's status), not node itself; node, the worker side
 // and the leaf libraries under internal/ never import it.
 //
 // An agent serves NewHandler(n) on its --http address (default
@@ -16,7 +17,7 @@
 //
 // # Routes
 //
-//	GET  /v1/status        the node's view of the cluster (node.Status)
+//	GET  /v1/status        the node's view of the cluster (node/report's Status)
 //	GET  /v1/limits        {"limits":{"KEY":{"rate":R,"burst":B},...}}
 //	GET  /v1/limits/KEY    {"key":"KEY","rate":R,"burst":B}
 //	PUT  /v1/limits/KEY    body {"rate":R,"burst":B}; burst defaults to 1.

@@ -13,12 +13,12 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/report"
 )
 
 // Node is what the admin API needs from a node. *node.Node implements it.
 type Node interface {
-	Status(ctx context.Context) (node.Status, error)
+	Status(ctx context.Context) (report.Status, error)
 	SetLimit(ctx context.Context, key string, lim fsm.Limit) error
 	Limit(ctx context.Context, key string) (fsm.Limit, error)
 	Limits(ctx context.Context) (map[string]fsm.Limit, error)

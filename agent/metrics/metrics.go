@@ -10,8 +10,9 @@
 // (a limit or cap key), outcome and mode.
 //
 // It is one of the agent's surfaces (agent/admin, agent/metrics, agent/web):
-// it sits on top of node and imports node only; node, the worker side and
-// the leaf libraries under internal/ never import it.
+// it sits on top of node and imports only node/report (the shapes of what
+// a node reports), not node itself; node, the worker side and the leaf
+// libraries under internal/ never import it.
 package metrics
 
 import (
@@ -23,20 +24,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/report"
 )
 
 // Node is what the collector reads. *node.Node implements it.
 type Node interface {
-	Status(ctx context.Context) (node.Status, error)
-	Metrics() node.Metrics
+	Status(ctx context.Context) (report.Status, error)
+	Metrics() report.Metrics
 }
 
 // ScrapeTimeout bounds the reading of the node's status in one scrape.
 const ScrapeTimeout = 5 * time.Second
 
 // Modes are the values of the mode label of raftpace_mode.
-var Modes = []string{node.ModeRaft.String(), node.ModeLocal.String(), node.ModePooled.String(), node.ModeStopped.String()}
+var Modes = []string{report.ModeRaft, report.ModeLocal, report.ModePooled, report.ModeStopped}
 
 // NewRegistry returns a registry holding n's collector and the Go runtime
 // and process collectors.
@@ -157,7 +158,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	emit := func(m metric, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(m.desc, m.typ, v, labels...)
 	}
-	hist := func(m metric, h node.Histogram) {
+	hist := func(m metric, h report.Histogram) {
 		buckets := make(map[float64]uint64, len(h.Bounds))
 		for i, b := range h.Bounds {
 			buckets[b] = h.Counts[i]
@@ -167,7 +168,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 	nm := c.n.Metrics()
 	for _, k := range nm.Keys {
-		for _, o := range []string{node.OutcomeGranted, node.OutcomeRefused, node.OutcomePaused, node.OutcomeUnknownKey, node.OutcomeError} {
+		for _, o := range []string{report.OutcomeGranted, report.OutcomeRefused, report.OutcomePaused, report.OutcomeUnknownKey, report.OutcomeError} {
 			emit(mReservations, float64(k.Reservations[o]), k.Key, o)
 		}
 		emit(mEvents, float64(k.GrantedEvents), k.Key)
@@ -176,7 +177,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			slots += v
 		}
 		if slots > 0 {
-			for _, o := range []string{node.OutcomeAcquired, node.OutcomeConcurrencyRefused, node.OutcomeUnknownKey, node.OutcomeError} {
+			for _, o := range []string{report.OutcomeAcquired, report.OutcomeConcurrencyRefused, report.OutcomeUnknownKey, report.OutcomeError} {
 				emit(mSlots, float64(k.Slots[o]), k.Key, o)
 			}
 		}

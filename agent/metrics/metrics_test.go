@@ -17,8 +17,8 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/node"
 	"github.com/raftpace/raftpace/node/nodetest"
+	"github.com/raftpace/raftpace/node/report"
 )
 
 // scrape GETs /metrics from h and parses the text exposition.
@@ -201,17 +201,17 @@ func TestCollector_Node(t *testing.T) {
 }
 
 // fakeNode fails its status: the counters are still exported.
-type fakeNode struct{ m node.Metrics }
+type fakeNode struct{ m report.Metrics }
 
-func (f fakeNode) Status(context.Context) (node.Status, error) {
-	return node.Status{}, errors.New("boom")
+func (f fakeNode) Status(context.Context) (report.Status, error) {
+	return report.Status{}, errors.New("boom")
 }
-func (f fakeNode) Metrics() node.Metrics { return f.m }
+func (f fakeNode) Metrics() report.Metrics { return f.m }
 
 func TestCollector_StatusFails(t *testing.T) {
-	f := fakeNode{m: node.Metrics{
-		Keys: []node.KeyCounts{{Key: "a", Reservations: map[string]uint64{node.OutcomeGranted: 4, node.OutcomeRefused: 2}, GrantedEvents: 4}},
-		Wait: node.Histogram{Bounds: []float64{0.1, 1}, Counts: []uint64{3, 4}, Count: 4, Sum: 0.9},
+	f := fakeNode{m: report.Metrics{
+		Keys: []report.KeyCounts{{Key: "a", Reservations: map[string]uint64{report.OutcomeGranted: 4, report.OutcomeRefused: 2}, GrantedEvents: 4}},
+		Wait: report.Histogram{Bounds: []float64{0.1, 1}, Counts: []uint64{3, 4}, Count: 4, Sum: 0.9},
 	}}
 	fams := scrape(t, Handler(f))
 	want(t, fams, "raftpace_status_up", 0)

@@ -11,8 +11,9 @@
 // can read them from the DOM.
 //
 // It is one of the agent's surfaces (agent/admin, agent/metrics, agent/web):
-// it sits on top of node and imports node only; node, the worker side and
-// the leaf libraries under internal/ never import it.
+// it sits on top of node and imports node (its History) and node/report
+// (its Status) only; node, the worker side and the leaf libraries under
+// internal/ never import it.
 package web
 
 import (
@@ -29,11 +30,12 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/report"
 )
 
 // Node is what the page reads. *node.Node implements it.
 type Node interface {
-	Status(ctx context.Context) (node.Status, error)
+	Status(ctx context.Context) (report.Status, error)
 	History(secs int) []node.KeyHistory
 }
 
@@ -77,7 +79,7 @@ func Handler(n Node) http.Handler {
 }
 
 // Render writes the page of st and hist (the node's History) to w.
-func Render(w *bytes.Buffer, st node.Status, hist []node.KeyHistory, now time.Time) error {
+func Render(w *bytes.Buffer, st report.Status, hist []node.KeyHistory, now time.Time) error {
 	return page.Execute(w, build(st, hist, now))
 }
 
@@ -85,7 +87,7 @@ func Render(w *bytes.Buffer, st node.Status, hist []node.KeyHistory, now time.Ti
 type view struct {
 	Refresh     int
 	Now         string
-	St          node.Status
+	St          report.Status
 	State       string
 	Leader      string
 	Ready       bool
@@ -150,7 +152,7 @@ func rateText(v float64) string {
 	return fmt.Sprintf("%.3g/s", v)
 }
 
-func build(st node.Status, hist []node.KeyHistory, now time.Time) view {
+func build(st report.Status, hist []node.KeyHistory, now time.Time) view {
 	v := view{Refresh: RefreshSeconds, Now: now.UTC().Format(time.RFC3339), St: st, Leading: st.Granting,
 		Fraction: num(round(st.Fraction, 4)), Held: num(round(st.HeldFraction, 4))}
 	v.State = st.State
@@ -185,7 +187,7 @@ func build(st node.Status, hist []node.KeyHistory, now time.Time) view {
 		}
 		return keys[k]
 	}
-	lims := map[string]node.LimitStatus{}
+	lims := map[string]report.LimitStatus{}
 	for _, l := range st.Limits {
 		kv := get(l.Key)
 		kv.HasLimit = true

@@ -13,15 +13,16 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/report"
 )
 
 type fakeNode struct {
-	st   node.Status
+	st   report.Status
 	hist []node.KeyHistory
 	err  error
 }
 
-func (f fakeNode) Status(context.Context) (node.Status, error) { return f.st, f.err }
+func (f fakeNode) Status(context.Context) (report.Status, error) { return f.st, f.err }
 func (f fakeNode) History(secs int) []node.KeyHistory {
 	out := make([]node.KeyHistory, 0, len(f.hist))
 	for _, h := range f.hist {
@@ -61,19 +62,19 @@ func constant(n int, v uint64) []uint64 {
 	return s
 }
 
-func leaderStatus() node.Status {
-	return node.Status{
+func leaderStatus() report.Status {
+	return report.Status{
 		ID: "n1", State: "Leader", Leader: "n1", Granting: true, Mode: "raft", Fraction: 1.0 / 3, HeldFraction: 2.0 / 3, Term: 7,
-		Members: []node.MemberStatus{
+		Members: []report.MemberStatus{
 			{ID: "n1", Addr: "127.0.0.1:1", Role: "voter", Health: "alive", Leader: true, ShareHeld: true, Mode: "raft", LastContact: 300 * time.Millisecond, Fraction: 1.0 / 3},
 			{ID: "n2", Addr: "127.0.0.1:2", Role: "voter", Health: "failed", Mode: "fallback", LastContact: 9 * time.Second, Fraction: 1.0 / 3},
 		},
-		Limits: []node.LimitStatus{
+		Limits: []report.LimitStatus{
 			{Key: "img", Rate: 20, Burst: 2, Admitted10s: 6.5, Granted10s: 13.3},
 			{Key: `a<b>&"c`, Rate: 0.5, Burst: 1},
 		},
-		Pauses: []node.PauseStatus{{Key: "img", Remaining: 1500 * time.Millisecond}},
-		Caps:   []node.CapStatus{{Key: "llm", Max: 4, InUse: 3}},
+		Pauses: []report.PauseStatus{{Key: "img", Remaining: 1500 * time.Millisecond}},
+		Caps:   []report.CapStatus{{Key: "llm", Max: 4, InUse: 3}},
 	}
 }
 

@@ -16,8 +16,8 @@ type Histogram struct {
 
 // Snapshot is a snapshot of a histogram: Counts[i] is the number of
 // observations <= Bounds[i] (cumulative); Count and Sum (seconds) cover
-// every observation, those above the last bound included. (node.Histogram
-// has the same fields and converts from it.)
+// every observation, those above the last bound included. (node/report's
+// Histogram has the same fields and converts from it.)
 type Snapshot struct {
 	Bounds []float64 `json:"bounds"`
 	Counts []uint64  `json:"counts"`

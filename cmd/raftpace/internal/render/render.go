@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/report"
 )
 
 // JSON writes v as indented JSON, HTML characters unescaped.
@@ -28,7 +28,7 @@ func JSON(w io.Writer, v any) error {
 }
 
 // Status prints st as aligned tables: the node, the members, the keys.
-func Status(w io.Writer, st node.Status) {
+func Status(w io.Writer, st report.Status) {
 	leader := st.Leader
 	if leader == "" {
 		leader = "(none)"
@@ -88,11 +88,11 @@ func Status(w io.Writer, st node.Status) {
 }
 
 // keyTable prints one row per key with a limit, a cap or a pause.
-func keyTable(w io.Writer, st node.Status) {
+func keyTable(w io.Writer, st report.Status) {
 	type row struct {
-		lim   *node.LimitStatus
+		lim   *report.LimitStatus
 		pause time.Duration
-		cap   *node.CapStatus
+		cap   *report.CapStatus
 	}
 	rows := map[string]*row{}
 	get := func(k string) *row {
@@ -205,7 +205,7 @@ func Limits(w io.Writer, lims map[string]fsm.Limit) {
 func Rate(r float64) string { return strconv.FormatFloat(r, 'g', -1, 64) }
 
 // Caps prints an aligned table of concurrency caps sorted by key.
-func Caps(w io.Writer, caps []node.CapStatus) {
+func Caps(w io.Writer, caps []report.CapStatus) {
 	sort.Slice(caps, func(i, j int) bool { return caps[i].Key < caps[j].Key })
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tMAX\tIN USE")

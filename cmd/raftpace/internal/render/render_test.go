@@ -6,24 +6,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftpace/raftpace/node"
+	"github.com/raftpace/raftpace/node/report"
 )
 
-func sampleStatus() node.Status {
-	return node.Status{
+func sampleStatus() report.Status {
+	return report.Status{
 		ID: "n1", Addr: "10.0.0.1:7400", GossipAddr: "10.0.0.1:7401", State: "Leader", Leader: "n1", Granting: true,
 		Mode: "raft", Fraction: 1.0 / 3, HeldFraction: 2.0 / 3, Term: 4, AppliedIndex: 1234,
-		Members: []node.MemberStatus{
+		Members: []report.MemberStatus{
 			{ID: "n1", Addr: "10.0.0.1:7400", Role: "voter", Health: "alive", Leader: true, Fraction: 1.0 / 3, ShareHeld: true, Mode: "raft", LastContact: 210 * time.Millisecond},
 			{ID: "n2", Addr: "10.0.0.2:7400", Role: "voter", Health: "alive", Fraction: 1.0 / 3, ShareHeld: true, Mode: "raft", LastContact: 640 * time.Millisecond},
 			{ID: "n3", Addr: "10.0.0.3:7400", Role: "voter", Health: "failed", Fraction: 1.0 / 3, Mode: "fallback", LastContact: 14 * time.Second},
 		},
-		Limits: []node.LimitStatus{
+		Limits: []report.LimitStatus{
 			{Key: "image-host", Rate: 20, Burst: 2, Admitted10s: 6.6, Granted10s: 13.3},
 			{Key: "llm", Rate: 5, Burst: 1, Admitted10s: 0, Granted10s: 3.2},
 		},
-		Pauses: []node.PauseStatus{{Key: "llm", Remaining: 12300 * time.Millisecond}},
-		Caps:   []node.CapStatus{{Key: "llm", Max: 8, InUse: 3}, {Key: "tenant:42", Max: 2, InUse: 2}},
+		Pauses: []report.PauseStatus{{Key: "llm", Remaining: 12300 * time.Millisecond}},
+		Caps:   []report.CapStatus{{Key: "llm", Max: 8, InUse: 3}, {Key: "tenant:42", Max: 2, InUse: 2}},
 	}
 }
 
