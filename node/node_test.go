@@ -158,6 +158,24 @@ func TestNode_ReserveShedsPastMaxWait(t *testing.T) {
 	}
 }
 
+// n > 1 without waiting is served at once, on the leader and through a
+// follower: the first attempt is made even with maxWait 0 (the clock has
+// moved past it before the first look).
+func TestNode_ReserveManyWithoutWaiting(t *testing.T) {
+	c := nodetest.New(t, 3)
+	ctx := nodetest.Ctx(t, 30*time.Second)
+	f := c.Node(c.Followers()[0])
+	if err := f.SetLimit(ctx, "two", fsm.Limit{Rate: 5, Burst: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*node.Node{c.Node(c.Leader()), f} {
+		if _, err := n.Reserve(ctx, "two", 2, 0); err != nil {
+			t.Errorf("%s: reserve 2 of a burst of 2 with maxWait 0: %v", n.ID(), err)
+		}
+		time.Sleep(500 * time.Millisecond) // the burst refills
+	}
+}
+
 func TestNode_BadInput(t *testing.T) {
 	c := nodetest.New(t, 3)
 	ctx := nodetest.Ctx(t, 30*time.Second)

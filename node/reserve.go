@@ -89,6 +89,12 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 			return raftpace.Reservation{}, raftpace.ErrClosed
 		}
 		remaining := maxWait - time.Since(begin)
+		if remaining < 0 && lastErr == nil {
+			// The first attempt is always made (with maxWait 0 the clock
+			// has moved past it before the first look): it may be served
+			// without waiting.
+			remaining = 0
+		}
 		if remaining < 0 {
 			// Retries (no leader, leader change, late grants) used up the
 			// caller's maximum wait: say why, not "limit exceeded".
