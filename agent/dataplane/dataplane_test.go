@@ -3,6 +3,7 @@ package dataplane_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -362,5 +363,37 @@ func TestClosed(t *testing.T) {
 	a := p.call("POST", "/v1/reserve/k", `{"max_wait":1}`, 503, "closed")
 	if a.header.Get("Retry-After") != "" {
 		t.Fatalf("closed: Retry-After %q (retry elsewhere, not here)", a.header.Get("Retry-After"))
+	}
+}
+
+// TestAnyInput: random routes, methods and bodies never panic, never
+// answer 500, and every answer is JSON (or 204).
+func TestAnyInput(t *testing.T) {
+	p := newPlane(t)
+	p.limit("k", 1000, 10)
+	if err := p.n.SetCap(t.Context(), "k", 3); err != nil {
+		t.Fatal(err)
+	}
+	paths := []string{"/v1/reserve/k", "/v1/wait/k", "/v1/forfeit/k", "/v1/pauses/k", "/v1/slots", "/v1/slots/s-x",
+		"/v1/limits/k", "/v1/reserve/%00", "/v1/wait/..", "/v1/slots/", "/v1/", "/", "/v1/reserve/k/extra"}
+	methods := []string{"GET", "POST", "PUT", "DELETE", "PATCH"}
+	parts := []string{`{`, `}`, `"n"`, `"max_wait"`, `"timeout"`, `"seconds"`, `"for"`, `"keys"`, `"ttl"`, `:`, `,`,
+		`1`, `-1`, `0.001`, `1e308`, `-1e308`, `null`, `true`, `"1s"`, `["k"]`, `[]`, `"\u0000"`, `9223372036854775807`, ` `}
+	rng := uint64(1)
+	next := func(n int) int { rng = rng*6364136223846793005 + 1442695040888963407; return int(rng>>33) % n }
+	for i := range 600 {
+		var body strings.Builder
+		for range next(8) {
+			body.WriteString(parts[next(len(parts))])
+		}
+		if next(3) == 0 { // often a well-formed object
+			body.Reset()
+			fmt.Fprintf(&body, `{%s:%s}`, parts[2+next(7)], parts[11+next(12)])
+		}
+		method, path := methods[next(len(methods))], paths[next(len(paths))]
+		a := p.do(t.Context(), method, path, body.String())
+		if a.status == 500 || (a.status != 204 && a.body == nil) {
+			t.Fatalf("request %d: %s %s %s: %d %s", i, method, path, body.String(), a.status, a.raw)
+		}
 	}
 }

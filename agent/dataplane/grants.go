@@ -59,22 +59,38 @@ func count(w http.ResponseWriter, n *int) (int, bool) {
 	return *n, true
 }
 
-func (h *handler) reserve(w http.ResponseWriter, r *http.Request, key string, receipt time.Time) {
+// reserve serves /v1/reserve (hold false: answer at once) and /v1/wait
+// (hold true: reserve with max_wait = timeout, hold the request until the
+// slot's time and answer wait 0; a caller that hangs up meanwhile
+// forfeits the slot).
+func (h *handler) reserve(w http.ResponseWriter, r *http.Request, key string, receipt time.Time, hold bool) {
 	var req ReserveRequest
 	if !readBody(w, r, &req) {
 		return
 	}
-	if req.Timeout != nil {
-		invalid(w, "timeout", `field "timeout" belongs to /v1/wait; reserve takes "max_wait"`)
+	field, other, absent, def := "max_wait", req.Timeout, "timeout", time.Duration(0)
+	v := req.MaxWait
+	if hold {
+		field, other, absent, def, v = "timeout", req.MaxWait, "max_wait", DefaultTimeout, req.Timeout
+	}
+	if other != nil {
+		invalid(w, absent, fmt.Sprintf("field %q belongs to the other route; this one takes %q", absent, field))
 		return
 	}
 	n, ok := count(w, req.N)
 	if !ok {
 		return
 	}
-	maxWait, ok := seconds(w, "max_wait", req.MaxWait, 0, MaxWaitSeconds, false)
+	maxWait, ok := seconds(w, field, v, def, MaxWaitSeconds, false)
 	if !ok {
 		return
+	}
+	if hold {
+		// The request is held longer than an http.Server's ReadTimeout
+		// may allow: a read deadline passing while the handler runs would
+		// end the request's context as if the caller had hung up. The
+		// body is read; only a hang-up should end it now.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), maxWait+requestTimeout)
 	defer cancel()
@@ -85,48 +101,7 @@ func (h *handler) reserve(w http.ResponseWriter, r *http.Request, key string, re
 			nodeError(w, err, "n")
 			return
 		}
-		if h.answerGrant(w, res, receipt) {
-			return
-		}
-	}
-	tooLate(w)
-}
-
-// wait reserves with max_wait = timeout, holds the request until the
-// slot's time and answers wait 0. A caller that hangs up meanwhile
-// forfeits the slot.
-func (h *handler) wait(w http.ResponseWriter, r *http.Request, key string, receipt time.Time) {
-	var req ReserveRequest
-	if !readBody(w, r, &req) {
-		return
-	}
-	if req.MaxWait != nil {
-		invalid(w, "max_wait", `field "max_wait" belongs to /v1/reserve; wait takes "timeout"`)
-		return
-	}
-	n, ok := count(w, req.N)
-	if !ok {
-		return
-	}
-	timeout, ok := seconds(w, "timeout", req.Timeout, DefaultTimeout, MaxWaitSeconds, false)
-	if !ok {
-		return
-	}
-	// The request is held longer than an http.Server's ReadTimeout may
-	// allow: a read deadline passing while the handler runs would end the
-	// request's context as if the caller had hung up. The body is read;
-	// only a hang-up should end it now.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-	ctx, cancel := context.WithTimeout(r.Context(), timeout+requestTimeout)
-	defer cancel()
-	deadline := receipt.Add(timeout)
-	for range lateAttempts {
-		res, err := h.n.Reserve(ctx, key, n, max(minMaxWait, time.Until(deadline)))
-		if err != nil {
-			nodeError(w, err, "n")
-			return
-		}
-		if d := time.Until(res.At); d > 0 {
+		if d := time.Until(res.At); hold && d > 0 {
 			t := time.NewTimer(d)
 			select {
 			case <-t.C:

@@ -131,13 +131,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(path, reservePrefix):
 		if allow(w, r, http.MethodPost) {
 			if k, ok := key(reservePrefix); ok {
-				h.reserve(w, r, k, receipt)
+				h.reserve(w, r, k, receipt, false)
 			}
 		}
 	case strings.HasPrefix(path, waitPrefix):
 		if allow(w, r, http.MethodPost) {
 			if k, ok := key(waitPrefix); ok {
-				h.wait(w, r, k, receipt)
+				h.reserve(w, r, k, receipt, true)
 			}
 		}
 	case strings.HasPrefix(path, forfeitPrefix):
