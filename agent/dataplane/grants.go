@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -170,26 +169,4 @@ func (h *handler) limit(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	admin.WriteJSON(w, http.StatusOK, admin.KeyLimit{Key: key, Rate: lim.Rate, Burst: lim.Burst})
-}
-
-// known answers 404 unknown_key unless key has a limit or a cap.
-func (h *handler) known(ctx context.Context, w http.ResponseWriter, key string) bool {
-	_, lerr := h.n.Limit(ctx, key)
-	if lerr == nil {
-		return true
-	}
-	_, cerr := h.n.Cap(ctx, key)
-	if cerr == nil {
-		return true
-	}
-	if errors.Is(lerr, raftpace.ErrUnknownKey) && errors.Is(cerr, raftpace.ErrUnknownKey) {
-		writeErr(w, http.StatusNotFound, "unknown_key", fmt.Sprintf("%q has no limit and no cap: a pause needs one", key), nil)
-		return false
-	}
-	if !errors.Is(lerr, raftpace.ErrUnknownKey) {
-		nodeError(w, lerr, "key")
-	} else {
-		nodeError(w, cerr, "key")
-	}
-	return false
 }

@@ -26,7 +26,6 @@ type Node interface {
 	AcquireSlots(ctx context.Context, keys []string, ttl, maxWait time.Duration) (raftpace.Slot, error)
 	ReleaseSlot(ctx context.Context, s raftpace.Slot) error
 	Limit(ctx context.Context, key string) (fsm.Limit, error)
-	Cap(ctx context.Context, key string) (int, error)
 }
 
 // MaxInFlight is how many data-plane requests are served at once by

@@ -78,9 +78,6 @@ func (h *handler) pause(w http.ResponseWriter, r *http.Request, key string) {
 			return
 		}
 	}
-	if !h.known(ctx, w, key) {
-		return
-	}
 	rem := h.n.PausedFor(key)
 	if r.Method == http.MethodPost {
 		var err error

@@ -162,6 +162,16 @@ func TestAgentSocket_Binary(t *testing.T) {
 		t.Errorf("reserve on --http: %d %v", code, m)
 	}
 
+	// The operator's pause (the admin client, through the data plane's
+	// route on --http) still pauses a key without a limit; the socket sees it.
+	if out, err := exec.Command(bin, "pause", "nolimit", "--for", "5s", "--addr", a.info.HTTPAddr).CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "nolimit: paused for") {
+		t.Errorf("raftpace pause: %v: %s", err, out)
+	}
+	if code, m := send(t, uc, "GET", "http://agent/v1/pauses/nolimit", ""); code != 200 || m["remaining_s"].(float64) < 3 {
+		t.Errorf("GET /v1/pauses/nolimit on the socket: %d %v", code, m)
+	}
+
 	// Another agent on the same socket: a start-up error naming it.
 	b := startBinAgent(t, bin, filepath.Join(dir, "b"), "--socket", sock)
 	if code := b.exited(t); code == 0 || !strings.Contains(b.stderr.String(), "--socket") ||
