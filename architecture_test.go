@@ -56,6 +56,9 @@ var rooms = map[string][]string{
 	"agent/admin":   {".", "fsm", "node/report"},
 	"agent/metrics": {"node/report"},
 	"agent/web":     {"node", "node/report"},
+	// The data plane for workers without a node; admin's body reader and
+	// JSON writer are shared.
+	"agent/dataplane": {".", "agent/admin", "fsm"},
 
 	// The benchmark and the command sit on top.
 	"bench/load":     {},
@@ -71,7 +74,7 @@ var rooms = map[string][]string{
 		"internal/gcra", "internal/loop", "internal/timeline", "node"},
 	"cmd/raftpace/internal/demo": {"cmd/raftpace/internal/certs", "cmd/raftpace/internal/loadgen", "fsm",
 		"internal/loop", "internal/timeline", "node"},
-	"cmd/raftpace/internal/agent": {".", "agent/admin", "agent/metrics", "agent/web", "client",
+	"cmd/raftpace/internal/agent": {".", "agent/admin", "agent/dataplane", "agent/metrics", "agent/web", "client",
 		"cmd/raftpace/internal/atomicfile", "cmd/raftpace/internal/loadgen", "fsm", "node"},
 	"cmd/raftpace": {"*"},
 	"e2e":          {"*"},

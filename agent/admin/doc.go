@@ -10,7 +10,7 @@
 // 127.0.0.1:7402). The API speaks JSON and is meant for the local operator.
 // With WithToken (the agent's --http-token-file or RAFTPACE_HTTP_TOKEN)
 // every /v1/ route requires "Authorization: Bearer TOKEN" and answers 401
-// {"error":...} without it; other paths (health and metrics endpoints) stay
+// {"error":...,"code":"unauthorized"} without it; other paths (health and metrics endpoints) stay
 // open. The agent refuses to serve it on a non-loopback address without a
 // token. The API is plain HTTP: on a shared network, reach it through a
 // tunnel or a TLS-terminating proxy.

@@ -67,9 +67,11 @@ type LeaveResponse struct {
 	Status string `json:"status"`
 }
 
-// ErrorResponse is the body of every error answer.
+// ErrorResponse is the body of every error answer. Code is set where the
+// answer is shared with the data plane (401 "unauthorized").
 type ErrorResponse struct {
 	Error string `json:"error"`
+	Code  string `json:"code,omitempty"`
 }
 
 // setLimitRequest is the body of PUT /v1/limits/KEY. Pointers tell an
@@ -261,9 +263,16 @@ func (h *handler) leave(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, LeaveResponse{Status: "left"})
 }
 
-// readJSON decodes exactly one JSON object from r's body into v. On failure
-// it answers 400 and returns false.
-func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+// ErrEmptyBody is returned by ReadBody for a body with no JSON value.
+var ErrEmptyBody = errors.New("request body is empty: a JSON object is required")
+
+// ReadBody decodes exactly one JSON value from r's body into v: at most
+// MaxBodyBytes, unknown fields refused, nothing but whitespace after it.
+// Its error says what was wrong: ErrEmptyBody for an empty body, an
+// *http.MaxBytesError for one too large, else the decoder's error (a
+// *json.UnmarshalTypeError names the field). The agent's data plane
+// (agent/dataplane) reads its bodies with it too.
+func ReadBody(w http.ResponseWriter, r *http.Request, v any) error {
 	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -279,19 +288,36 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 			err = errors.New("unexpected data after the JSON object")
 		}
 	}
-	if err == nil {
-		return true
+	var tooBig *http.MaxBytesError
+	switch {
+	case err == nil, errors.As(err, &tooBig):
+		return err
+	case errors.Is(err, io.EOF):
+		return ErrEmptyBody
 	}
+	return err
+}
+
+// BodyProblem is the message for a ReadBody error.
+func BodyProblem(err error) string {
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("request body larger than %d bytes", tooBig.Limit))
-	case errors.Is(err, io.EOF):
-		writeError(w, http.StatusBadRequest, "request body is empty: a JSON object is required")
-	default:
-		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return fmt.Sprintf("request body larger than %d bytes", tooBig.Limit)
+	case errors.Is(err, ErrEmptyBody):
+		return err.Error()
 	}
-	return false
+	return "invalid JSON body: " + err.Error()
+}
+
+// readJSON decodes exactly one JSON object from r's body into v. On failure
+// it answers 400 and returns false.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := ReadBody(w, r, v); err != nil {
+		writeError(w, http.StatusBadRequest, BodyProblem(err))
+		return false
+	}
+	return true
 }
 
 // StatusFor maps a node error to the HTTP status the API answers with.
@@ -327,6 +353,10 @@ func oneLine(err error) string {
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, ErrorResponse{Error: msg})
 }
+
+// WriteJSON answers code with v as one line of JSON (the agent's data
+// plane answers with it too).
+func WriteJSON(w http.ResponseWriter, code int, v any) { writeJSON(w, code, v) }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	b, err := marshal(v)

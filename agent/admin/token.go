@@ -88,7 +88,7 @@ func (h *handler) checkBearer(w http.ResponseWriter, r *http.Request) bool {
 
 func unauthorized(w http.ResponseWriter, msg string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="raftpace"`)
-	writeError(w, http.StatusUnauthorized, msg)
+	writeJSON(w, http.StatusUnauthorized, ErrorResponse{Error: msg, Code: "unauthorized"})
 }
 
 // RequireToken wraps next so that it answers 401 unless the request carries

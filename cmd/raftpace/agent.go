@@ -38,9 +38,14 @@ from raft once it has left the leader's renewals unanswered for
 (the leader fences it in Postgres first), without Postgres only after
 --share-ttl + --fallback-for + --reap-margin (72s by default).
 
+Workers that embed no node (Python, Ruby, shell) reserve through the
+agent's data plane (docs/dataplane.md): on --socket PATH, a unix socket
+that owner and group may use (mode 0660, no token), and on --http beside
+the admin API, under its token.
+
 With --ready-file the agent writes, once the node runs and the admin API
 listens, a JSON document with the addresses it actually bound:
-  {"node_id":..,"addr":..,"gossip_addr":..,"http_addr":..,"pid":..}
+  {"node_id":..,"addr":..,"gossip_addr":..,"http_addr":..,"socket":..,"pid":..}
 (written to a temporary file and renamed; removed at start and at a clean
 exit).
 
@@ -66,6 +71,7 @@ type agentConfig struct {
 	bootstrapExpect          int
 	join                     listFlag
 	httpAddr                 string
+	socket                   string
 	clusterName              string
 	voters                   int
 	horizonAhead             time.Duration
@@ -137,6 +143,7 @@ func agentFlags() (*flags, *agentConfig) {
 	f.IntVar(&a.bootstrapExpect, "bootstrap-expect", 0, "form a new cluster once `N` nodes started with the same value see each other;\n0 joins an existing cluster, 1 runs a single-node cluster")
 	f.Var(&a.join, "join", "gossip `HOST:PORT[,...]` of cluster members to contact at start (may repeat)")
 	f.StringVar(&a.httpAddr, "http", "127.0.0.1:7402", "`HOST:PORT` of the local admin API; \"\" or \"off\" disables it")
+	f.StringVar(&a.socket, "socket", "", "unix socket `PATH` serving the data plane (docs/dataplane.md) to workers\nwithout a node, with no token: created mode 0660, a stale one replaced")
 	f.StringVar(&a.clusterName, "cluster-name", def.ClusterName, "`NAME` carried in every gossip packet; nodes of other clusters are not heard")
 	f.IntVar(&a.voters, "voters", def.Voters, "number of raft voters the leader keeps (`N`, 1-5); further nodes are nonvoters")
 	f.DurationVar(&a.horizonAhead, "horizon-ahead", def.HorizonAhead, "`DURATION` the leader commits each key's horizon ahead of need;\nalso the longest pause in grants after a leader change")
@@ -161,7 +168,7 @@ func agentFlags() (*flags, *agentConfig) {
 	f.BoolVar(&a.unsafeFreshStart, "unsafe-fresh-start", false, "UNSAFE, TESTS ONLY: a new leader ignores inherited horizons (breaks the ceiling)")
 	f.BoolVar(&a.unsafeSpendExpired, "unsafe-spend-expired", false, "UNSAFE, TESTS ONLY: leased slots are spent after their use-by (breaks the ceiling)")
 	f.withEnv("node-id", "data-dir", "bind", "advertise", "gossip-bind", "gossip-advertise", "bootstrap-expect",
-		"join", "http", "cluster-name", "voters", "horizon-ahead", "raft-timing", "log-format", "log-level",
+		"join", "http", "socket", "cluster-name", "voters", "horizon-ahead", "raft-timing", "log-format", "log-level",
 		"ready-file", "load-mode", "no-leases", "lease-span", "use-grace",
 		"share-ttl", "fallback-for", "reap-margin", "postgres", "postgres-schema",
 		"leave-on-terminate", "failed-server-after", "witness-ttl")

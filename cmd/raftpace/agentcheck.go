@@ -60,6 +60,11 @@ func (a *agentConfig) validate() (agent.Config, error) {
 			bad(fmt.Errorf("%w (or \"off\")", err))
 		}
 	}
+	if a.socket != "" {
+		if err := agent.CheckSocket(a.socket); err != nil {
+			bad(err)
+		}
+	}
 	a.agentSecurity.validate(bad, a.httpOn(), a.httpAddr)
 	def := node.DefaultConfig()
 	timing := def.Timing
@@ -99,6 +104,7 @@ func (a *agentConfig) validate() (agent.Config, error) {
 		HTTPAddr:         httpAddr,
 		HTTPFlag:         a.httpAddr,
 		HTTPToken:        a.httpToken,
+		SocketPath:       a.socket,
 		ReadyFile:        a.readyFile,
 		LeaveOnTerminate: a.leaveOnTerminate,
 		Load:             a.loadFlags.Config,

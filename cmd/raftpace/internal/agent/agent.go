@@ -1,7 +1,8 @@
 // Package agent is the runtime of `raftpace agent`: given a node
 // configuration already checked and the settings its flags decided, Run
-// starts the node, serves the admin API with the status page, metrics and
-// health probes on one HTTP address, writes the ready file, runs the load
+// starts the node, serves the admin API with the status page, metrics,
+// health probes and the data plane on one HTTP address (the data plane
+// alone on --socket), writes the ready file, runs the load
 // generators the flags asked for, and on a signal (its context ending), a
 // leave through the admin API or a failed HTTP server stops all of it in
 // order: load first, then (if asked) leaving the cluster, HTTP, the node.
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/agent/admin"
+	"github.com/raftpace/raftpace/agent/dataplane"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/atomicfile"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/loadgen"
 	"github.com/raftpace/raftpace/node"
@@ -39,6 +41,10 @@ type Config struct {
 	// messages. Without HTTPToken the bound address must be a loopback one.
 	HTTPAddr, HTTPFlag string
 	HTTPToken          string
+	// SocketPath, if set, is the unix socket (--socket) serving the data
+	// plane (agent/dataplane) without a token; created with SocketMode,
+	// removed at a clean exit.
+	SocketPath string
 	// ReadyFile, if set, receives a ReadyInfo once the node runs and the
 	// HTTP address listens; it is removed at start and at a clean exit.
 	ReadyFile string
@@ -66,6 +72,7 @@ type ReadyInfo struct {
 	Addr       string `json:"addr"`
 	GossipAddr string `json:"gossip_addr"`
 	HTTPAddr   string `json:"http_addr"`
+	Socket     string `json:"socket,omitempty"`
 	PID        int    `json:"pid"`
 }
 
@@ -113,6 +120,14 @@ func Run(ctx context.Context, cfg Config) error {
 				"--http %q bound %s, a non-loopback address: it needs --http-token-file (or RAFTPACE_HTTP_TOKEN)", cfg.HTTPFlag, ta)}}
 		}
 	}
+	var sockLn net.Listener
+	if cfg.SocketPath != "" {
+		if sockLn, err = listenSocket(cfg.SocketPath); err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		defer os.Remove(cfg.SocketPath)
+		defer sockLn.Close()
+	}
 	log.Info("security", "node_tls", ncfg.TLSCertFile != "", "gossip_encrypted", ncfg.GossipKeyFile != "",
 		"admin_token", cfg.HTTPToken != "")
 
@@ -127,26 +142,37 @@ func Run(ctx context.Context, cfg Config) error {
 
 	left := make(chan error, 1)
 	srvErr := make(chan error, 1)
-	var srv *http.Server
+	var srv, sockSrv *http.Server
 	httpAddr := ""
-	if ln != nil {
-		httpAddr = ln.Addr().String()
-		srv = &http.Server{
-			Handler:           newHTTPHandler(n, admin.NewHandler(&agentNode{Node: n, log: log, left: left}, admin.WithToken(cfg.HTTPToken)), cfg.HTTPToken),
+	dp := dataplane.NewHandler(n) // one for both: a slot taken on one is given back on the other
+	newServer := func(h http.Handler) *http.Server {
+		return &http.Server{
+			Handler:           h,
 			ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout:       30 * time.Second,
+			ReadTimeout:       30 * time.Second, // /v1/wait lifts it once it has read its body
 			IdleTimeout:       2 * time.Minute,
 			ErrorLog:          slog.NewLogLogger(logger.With("component", "http", "node", ncfg.NodeID).Handler(), slog.LevelWarn),
 		}
+	}
+	if ln != nil {
+		httpAddr = ln.Addr().String()
+		srv = newServer(newHTTPHandler(n, admin.NewHandler(&agentNode{Node: n, log: log, left: left}, admin.WithToken(cfg.HTTPToken)), dp, cfg.HTTPToken))
 		go func() { srvErr <- srv.Serve(ln) }()
 		log.Info("admin API listening", "http", httpAddr)
 	}
+	if sockLn != nil {
+		sockSrv = newServer(dp)
+		go func() { srvErr <- sockSrv.Serve(sockLn) }()
+		log.Info("data plane listening", "socket", cfg.SocketPath)
+	}
 
 	if cfg.ReadyFile != "" {
-		info := ReadyInfo{NodeID: ncfg.NodeID, Addr: n.Addr(), GossipAddr: n.GossipAddr(), HTTPAddr: httpAddr, PID: os.Getpid()}
+		info := ReadyInfo{NodeID: ncfg.NodeID, Addr: n.Addr(), GossipAddr: n.GossipAddr(), HTTPAddr: httpAddr,
+			Socket: cfg.SocketPath, PID: os.Getpid()}
 		b, _ := json.MarshalIndent(info, "", "  ")
 		if err := atomicfile.Write(cfg.ReadyFile, append(b, '\n'), 0o644); err != nil {
 			shutdownHTTP(srv, log)
+			shutdownHTTP(sockSrv, log)
 			return fmt.Errorf("agent: --ready-file: %w", err)
 		}
 		defer os.Remove(cfg.ReadyFile)
@@ -165,6 +191,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Gate.Active() {
 		if gateWait, err = loadgen.StartGate(loadCtx, n, cfg.Gate, log); err != nil {
 			shutdownHTTP(srv, log)
+			shutdownHTTP(sockSrv, log)
 			return fmt.Errorf("agent: --slot-log: %w", err)
 		}
 	}
@@ -196,8 +223,8 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Info("left the cluster; shutting down")
 		}
 	case err := <-srvErr:
-		log.Error("admin API failed", "err", err)
-		result = fmt.Errorf("agent: admin API: %w", err)
+		log.Error("an HTTP server failed", "err", err)
+		result = fmt.Errorf("agent: admin API or data plane: %w", err)
 	}
 	stopLoad()
 	if leave {
@@ -233,6 +260,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	shutdownHTTP(srv, log)
+	shutdownHTTP(sockSrv, log)
 	if err := n.Close(); err != nil {
 		log.Error("closing node", "err", err)
 		result = errors.Join(result, err)

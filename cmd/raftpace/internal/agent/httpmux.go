@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/agent/admin"
+	"github.com/raftpace/raftpace/agent/dataplane"
 	"github.com/raftpace/raftpace/agent/metrics"
 	"github.com/raftpace/raftpace/agent/web"
 	"github.com/raftpace/raftpace/node"
@@ -27,13 +28,15 @@ type observedNode interface {
 //	/readyz   200 when the node can admit under the promise, else 503 with
 //	          {"ready":false,"reason":...}
 //
-// These four are exact paths; every other path goes to api (the admin API
-// under /v1/, which routes and answers errors itself). With a token (the
+// These four are exact paths; the data plane's routes (dataplane.Serves)
+// go to dp under the admin API's token rule, and every other path to api
+// (the admin API under /v1/, which routes and answers errors itself). With a token (the
 // agent's --http-token-file), the page and the metrics require it like the
 // admin API does (they name keys, rates and members); the health probes
 // never do, since load balancers and supervisors call them.
-func newHTTPHandler(n observedNode, api http.Handler, token string) http.Handler {
+func newHTTPHandler(n observedNode, api, dp http.Handler, token string) http.Handler {
 	page := admin.RequireToken(token, web.Handler(n))
+	dp = admin.RequireToken(token, dp)
 	prom := admin.RequireToken(token, metrics.Handler(n))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -50,6 +53,10 @@ func newHTTPHandler(n observedNode, api http.Handler, token string) http.Handler
 				serveReady(w, r, n)
 			}
 		default:
+			if dataplane.Serves(r.URL.Path) {
+				dp.ServeHTTP(w, r)
+				return
+			}
 			api.ServeHTTP(w, r)
 		}
 	})
