@@ -118,8 +118,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
+        if data:
+            self.wfile.write(data)
         if agent.close_idle:
             # close without "Connection: close": the client finds out when
             # it next uses the connection, like an agent's idle timeout
