@@ -107,11 +107,11 @@ class Slot(object):
         return self
 
     def __exit__(self, et, ev, tb):
+        # The block's outcome is what the caller acts on: a slot that could
+        # not be given back (agent unreachable) ends at its deadline anyway.
         try:
             self.release()
         except Exception as e:
-            if et is None:
-                raise
             log.warning("raftpace: releasing slot %s failed (it ends at its deadline): %s", self.id, e)
         return False
 

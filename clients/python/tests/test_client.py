@@ -2,6 +2,7 @@ import os
 import threading
 import time
 import unittest
+import warnings
 from unittest import mock
 
 import raftpace
@@ -191,6 +192,13 @@ class MethodsTest(AgentCase):
         with self.client.slot("c", max_wait=2):
             self.assertGreaterEqual(time.monotonic() - t0, 0.08)
 
+    def test_slot_release_failure_does_not_raise(self):
+        self.agent.set_cap("c", 1)
+        with self.assertLogs("raftpace", "WARNING"):
+            with self.client.slot("c") as s:
+                self.agent.fail_next.append(("/v1/slots/", 503, {"error": "x", "code": "closed"}, {}))
+        self.assertTrue(s.released)
+
     def test_unknown_slot_is_fine(self):
         slot = raftpace.Slot(self.client, "s-gone-1", ["c"], 0.0)
         slot.release()
@@ -282,8 +290,10 @@ class TimingTest(AgentCase):
         slow = [0.15]
         self.agent.slow_answer = lambda m, p: slow.pop() if slow and p.startswith("/v1/reserve/") else 0.0
         d = self.client.reserve("k")
-        self.assertEqual(self.agent.count("POST", "/v1/reserve/"), 2)
-        self.assertEqual(self.agent.forfeits, [("k", 1)])
+        # (on a loaded machine a later grant may be late too: each is forfeited)
+        self.assertGreaterEqual(len(self.agent.forfeits), 1)
+        self.assertEqual(set(self.agent.forfeits), {("k", 1)})
+        self.assertEqual(self.agent.count("POST", "/v1/reserve/"), 1 + len(self.agent.forfeits))
         self.assertLess(d, 0.01)
 
     def test_slow_answer_in_wait(self):
@@ -291,8 +301,8 @@ class TimingTest(AgentCase):
         slow = [0.15]
         self.agent.slow_answer = lambda m, p: slow.pop() if slow and p.startswith("/v1/reserve/") else 0.0
         self.client.wait("k", timeout=2)
-        self.assertEqual(self.agent.count("POST", "/v1/reserve/"), 2)
-        self.assertEqual(len(self.agent.forfeits), 1)
+        self.assertGreaterEqual(len(self.agent.forfeits), 1)
+        self.assertEqual(self.agent.count("POST", "/v1/reserve/"), 1 + len(self.agent.forfeits))
 
     def test_stopped_past_use_by_forfeits(self):
         # The grant waits 100 ms; the caller "is stopped" (a GC pause) for
@@ -306,8 +316,9 @@ class TimingTest(AgentCase):
 
         self.client._sleep = sleep
         self.client.wait("k", timeout=3)
-        self.assertEqual(self.agent.forfeits, [("k", 1)])
-        self.assertEqual(self.agent.count("POST", "/v1/reserve/"), 3)
+        self.assertGreaterEqual(len(self.agent.forfeits), 1)
+        self.assertEqual(set(self.agent.forfeits), {("k", 1)})
+        self.assertEqual(self.agent.count("POST", "/v1/reserve/"), 2 + len(self.agent.forfeits))
 
     def test_never_usable(self):
         self.agent.set_limit("k", 1000, 1)
@@ -393,7 +404,11 @@ class ConnectionTest(AgentCase):
         self.assertEqual(self.client._pool.idle_count(), 1)
         parent_conn = self.client._pool._idle[0]
         r, w = os.pipe()
-        pid = os.fork()
+        with warnings.catch_warnings():
+            # 3.12+: the fake agent's threads make this process multi-threaded;
+            # the child only uses the client, which re-creates its lock after fork
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
         if pid == 0:  # the child: never return into unittest
             code = 1
             try:
