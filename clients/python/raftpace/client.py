@@ -1,0 +1,471 @@
+"""The raftpace client: the agent's data plane (docs/dataplane.md) from Python."""
+
+import contextlib
+import functools
+import http.client
+import json
+import logging
+import os
+import socket as _socket
+import threading
+import time
+import urllib.parse
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from . import _transport
+from .errors import (ConfigError, InvalidRequest, LimitExceeded, Paused, Unavailable, UnknownSlot,
+                     error_from_answer)
+from .retry_after import MAX_PAUSE, PAUSE_STATUSES, pause_for
+
+log = logging.getLogger("raftpace")
+
+__all__ = ["Client", "Grant", "Slot", "escape_key"]
+
+#: wait(timeout=None) reserves at most this far ahead per call, then asks again.
+UNBOUNDED_STEP = 60.0
+#: how many grants in a row may arrive too late before reserve gives up.
+MAX_LATE = 5
+_BACKOFF_MIN = 0.05
+_BACKOFF_MAX = 2.0
+
+
+def escape_key(key):
+    # type: (str) -> str
+    """KEY as one path segment, escaped like Go's url.PathEscape."""
+    if not isinstance(key, str):
+        raise InvalidRequest("key must be a str, not %s" % type(key).__name__, field="key", status=None)
+    if key == "":
+        raise InvalidRequest("key must not be empty", field="key", status=None)
+    return urllib.parse.quote(key, safe="$&+:=@")
+
+
+class Grant(object):
+    """A granted reservation placed on this process's monotonic clock.
+
+    ``go_at`` = recv + wait: the events go no earlier. ``use_by`` = sent +
+    held + use_by: they go no later (docs/dataplane.md, "Using a grant").
+    """
+
+    __slots__ = ("key", "n", "wait", "use_by_s", "held", "sent", "recv", "go_at", "use_by")
+
+    def __init__(self, key, n, wait, use_by_s, held, sent, recv):
+        self.key = key
+        self.n = n
+        self.wait = wait
+        self.use_by_s = use_by_s
+        self.held = held
+        self.sent = sent
+        self.recv = recv
+        self.go_at = recv + wait
+        self.use_by = sent + held + use_by_s
+
+    def delay(self, now):
+        # type: (float) -> float
+        return max(0.0, self.go_at - now)
+
+    def usable(self):
+        """False when the grace was eaten before the events could even go."""
+        return self.go_at <= self.use_by
+
+    def late(self, now):
+        # type: (float) -> bool
+        return now > self.use_by
+
+    def __repr__(self):
+        return "Grant(key=%r, n=%d, go_at=%.6f, use_by=%.6f)" % (self.key, self.n, self.go_at, self.use_by)
+
+
+class Slot(object):
+    """Concurrency slots taken with Client.acquire_slot / Client.slot.
+
+    ``deadline`` is on the monotonic clock: the holder must be done by then
+    (the agent reclaims the slot at its ttl whatever happens).
+    """
+
+    def __init__(self, client, id, keys, deadline):
+        self._client = client
+        self.id = id
+        self.keys = keys
+        self.deadline = deadline
+        self.released = False
+
+    def remaining(self):
+        return self.deadline - self._client._clock()
+
+    def release(self):
+        """Gives the slot back (idempotent). An agent that no longer knows it
+        (it restarted) is fine: the slot ends at its deadline."""
+        if self.released:
+            return
+        self.released = True
+        try:
+            self._client._call("DELETE", "/v1/slots/" + urllib.parse.quote(self.id, safe=""))
+        except UnknownSlot:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        # The block's outcome is what the caller acts on: a slot that could
+        # not be given back (agent unreachable) ends at its deadline anyway.
+        try:
+            self.release()
+        except Exception as e:
+            log.warning("raftpace: releasing slot %s failed (it ends at its deadline): %s", self.id, e)
+        return False
+
+
+class _SlotContext(object):
+    def __init__(self, client, keys, ttl, max_wait):
+        self._args = (keys, ttl, max_wait)
+        self._client = client
+        self._slot = None  # type: Optional[Slot]
+
+    def __enter__(self):
+        self._slot = self._client.acquire_slot(*self._args)
+        return self._slot
+
+    def __exit__(self, et, ev, tb):
+        assert self._slot is not None
+        return self._slot.__exit__(et, ev, tb)
+
+
+def _parse_addr(addr):
+    # type: (str) -> Tuple[str, int]
+    a = addr.strip()
+    if "://" in a:
+        u = urllib.parse.urlsplit(a)
+        if u.scheme != "http":
+            raise ConfigError("raftpace: only http:// is served by the agent, not %r" % addr)
+        host, port = u.hostname, u.port
+        if not host:
+            raise ConfigError("raftpace: no host in %r" % addr)
+        return host, port or 80
+    host, sep, port = a.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError("raftpace: address %r is not HOST:PORT or http://HOST:PORT" % addr)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+class Client(object):
+    """A connection to the raftpace agent beside this process.
+
+    ``socket``: the agent's unix socket (``--socket``); ``url``: its TCP
+    address (``--http``), ``HOST:PORT`` or ``http://HOST:PORT``. Without
+    either, RAFTPACE_SOCKET and RAFTPACE_ADDR are read; a socket wins when
+    both are given. ``token`` (or RAFTPACE_TOKEN) is sent on TCP only.
+    ``timeout`` bounds each request (plus any max_wait it asks the agent to
+    spend). One Client may be shared by threads and survives os.fork.
+    """
+
+    def __init__(self, socket=None, url=None, token=None, timeout=5.0):
+        # type: (Optional[str], Optional[str], Optional[str], float) -> None
+        if socket is None and url is None:
+            socket = os.environ.get("RAFTPACE_SOCKET") or None
+            url = os.environ.get("RAFTPACE_ADDR") or None
+        if token is None:
+            token = (os.environ.get("RAFTPACE_TOKEN") or "").strip() or None
+        self.timeout = float(timeout)
+        self.token = token
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json",
+                         "User-Agent": "raftpace-python/0.1"}
+        if socket:
+            self.socket_path = socket  # type: Optional[str]
+            self.address = None  # type: Optional[Tuple[str, int]]
+            path = socket
+            factory = lambda: _transport.UnixHTTPConnection(path, timeout=self.timeout)  # noqa: E731
+        elif url:
+            self.socket_path = None
+            self.address = _parse_addr(url)
+            host, port = self.address
+            factory = lambda: http.client.HTTPConnection(host, port, timeout=self.timeout)  # noqa: E731
+            if token:
+                self._headers["Authorization"] = "Bearer " + token
+        else:
+            raise ConfigError("raftpace: no agent address: pass socket= or url=, or set RAFTPACE_SOCKET "
+                              "(the agent's --socket) or RAFTPACE_ADDR (its --http HOST:PORT)")
+        self._pool = _transport.Pool(factory)
+        # Hooks for tests (and for callers that keep their own clocks).
+        self._clock = time.monotonic  # type: Callable[[], float]
+        self._sleep = time.sleep  # type: Callable[[float], None]
+
+    def __repr__(self):
+        where = self.socket_path or "%s:%d" % self.address  # type: ignore
+        return "raftpace.Client(%r)" % where
+
+    def close(self):
+        """Closes the idle connections (the client stays usable)."""
+        self._pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    # ------------------------------------------------------------------
+    # transport
+
+    def _call(self, method, path, body=None, extra_timeout=0.0, retry_unsent_only=False):
+        # type: (str, str, Optional[Dict[str, Any]], float, bool) -> Tuple[Any, float, float]
+        """Sends one request; returns (answer JSON or None, sent, recv).
+
+        Retry rule: a request that fails on a connection taken from the pool
+        (the agent may have closed it while it was idle) is sent once more on
+        a fresh connection if the failure came before any answer, since
+        nothing was answered, nothing was admitted. If the agent did act on
+        the first copy, the repeat is still safe for the ceiling: a reserve
+        consumes a second slot and the first grant, never answered, is never
+        used (lost capacity, not extra events); pauses and forfeits are
+        idempotent for the limit. Taking slots (``retry_unsent_only``) is
+        only repeated when the request could not even be written, so a
+        phantom slot does not hold a cap until its ttl. A failure on a fresh
+        connection, a timeout or a partial answer is never repeated: it is
+        raised as Unavailable (code "unreachable").
+        """
+        data = b"" if body is None else json.dumps(body).encode("utf-8")
+        headers = dict(self._headers)
+        headers["Content-Length"] = str(len(data))
+        timeout = self.timeout + max(0.0, extra_timeout)
+        for attempt in (0, 1):
+            conn, reused = self._pool.get()
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            phase = "send"
+            sent = self._clock()
+            try:
+                conn.request(method, path, body=data, headers=headers)
+                phase = "answer"
+                resp = conn.getresponse()
+                raw = resp.read()
+                recv = self._clock()
+            except _socket.timeout as e:
+                conn.close()
+                raise Unavailable("raftpace: agent did not answer %s %s within %.3gs" % (method, path, timeout),
+                                  code="unreachable", retry_after=1.0) from e
+            except (ConnectionError, http.client.HTTPException, OSError) as e:
+                conn.close()
+                repeatable = isinstance(e, (ConnectionError, http.client.RemoteDisconnected))
+                if (attempt == 0 and reused and repeatable and not isinstance(e, http.client.IncompleteRead)
+                        and (phase == "send" or not retry_unsent_only)):
+                    continue
+                raise Unavailable("raftpace: %s %s: %s: %s" % (method, path, type(e).__name__, e),
+                                  code="unreachable", retry_after=1.0) from e
+            if resp.will_close:
+                conn.close()
+            else:
+                self._pool.put(conn)
+            return self._answer(resp.status, resp.headers, raw), sent, recv
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _answer(status, headers, raw):
+        text = raw.decode("utf-8", "replace")
+        ans = None
+        if text.strip():
+            try:
+                ans = json.loads(text)
+            except ValueError:
+                ans = None
+        if 200 <= status < 300:
+            return ans
+        raise error_from_answer(status, ans, headers, text)
+
+    # ------------------------------------------------------------------
+    # reservations
+
+    def reserve_grant(self, key, n=1, max_wait=0.0):
+        # type: (str, int, float) -> Grant
+        """One reservation: a Grant, or LimitExceeded/Paused (nothing consumed).
+
+        The caller must go no earlier than ``grant.go_at`` and, if its clock
+        is past ``grant.use_by`` when it would go, must not go: forfeit and
+        reserve again (``wait`` and ``reserve`` do this).
+        """
+        path = "/v1/reserve/" + escape_key(key)
+        ans, sent, recv = self._call("POST", path, {"n": int(n), "max_wait": float(max_wait)})
+        ans = ans or {}
+        try:
+            return Grant(key, int(n), float(ans["wait"]), float(ans["use_by"]), float(ans.get("held", 0.0)),
+                         sent, recv)
+        except (KeyError, TypeError, ValueError):
+            raise Unavailable("raftpace: malformed grant from the agent: %r" % (ans,), code="unreachable")
+
+    def forfeit(self, key, n=1):
+        # type: (str, int) -> None
+        """Tells the agent a grant went unused (best effort: never raises)."""
+        try:
+            self._call("POST", "/v1/forfeit/" + escape_key(key), {"n": int(n)})
+        except Exception as e:  # the counters are nice to have; the slot is lost anyway
+            log.debug("raftpace: forfeit of %r failed: %s", key, e)
+
+    def _usable_grant(self, key, n, max_wait, deadline=None):
+        # type: (str, int, float, Optional[float]) -> Grant
+        """A grant whose window can still be met, forfeiting those that cannot."""
+        for _ in range(MAX_LATE):
+            if deadline is not None:
+                max_wait = min(max_wait, max(0.0, deadline - self._clock()))
+            g = self.reserve_grant(key, n, max_wait)
+            if g.usable() and not g.late(max(self._clock(), g.go_at)):
+                return g
+            self.forfeit(key, n)
+        raise Unavailable("raftpace: %d grants for %r in a row came too late to be used (a round trip or a "
+                          "pause longer than the agent's --use-grace)" % (MAX_LATE, key), code="late",
+                          retry_after=0.1)
+
+    def reserve(self, key, n=1, max_wait=0.0):
+        # type: (str, int, float) -> float
+        """Reserves n events; returns the delay (seconds from now) to honour.
+
+        Raises LimitExceeded when the wait would exceed max_wait, Paused when
+        a pause outlasts it (nothing consumed either way). The events must go
+        after the delay, and promptly: a caller that may be late should use
+        reserve_grant and check Grant.late itself, or use wait().
+        """
+        g = self._usable_grant(key, n, max_wait)
+        return g.delay(self._clock())
+
+    def _sleep_until(self, t):
+        while True:
+            d = t - self._clock()
+            if d <= 0:
+                return
+            self._sleep(d)
+
+    def wait(self, key, n=1, timeout=None):
+        # type: (str, int, Optional[float]) -> None
+        """Blocks until the fleet may do n more events of key, then returns.
+
+        Reserves with max_wait = what is left of ``timeout`` and sleeps on this
+        process's clock. Raises LimitExceeded (nothing consumed) at once when
+        the wait would be longer than timeout, Paused when a pause outlasts
+        it; Unavailable answers are retried with backoff within the timeout.
+        ``timeout=None`` waits as long as it takes, reserving at most
+        UNBOUNDED_STEP seconds ahead per request.
+        """
+        deadline = None if timeout is None else self._clock() + max(0.0, float(timeout))
+        backoff = _BACKOFF_MIN
+        while True:
+            now = self._clock()
+            left = float("inf") if deadline is None else max(0.0, deadline - now)
+            step = min(left, UNBOUNDED_STEP)
+            try:
+                g = self._usable_grant(key, n, step, deadline)
+            except LimitExceeded as e:  # and Paused
+                hint = e.wait
+                if deadline is not None and (step >= left or hint > left):
+                    raise
+                # only when the wait is beyond one step: come back closer to it
+                self._sleep(max(_BACKOFF_MIN, min(hint - step, UNBOUNDED_STEP) if hint > step else _BACKOFF_MIN))
+                continue
+            except Unavailable as e:
+                d = min(max(backoff, e.retry_after if e.code != "late" else 0.0), 30.0)
+                if deadline is not None and self._clock() + d > deadline:
+                    raise
+                log.debug("raftpace: %s; retrying in %.2fs", e, d)
+                self._sleep(d)
+                backoff = min(backoff * 2, _BACKOFF_MAX)
+                continue
+            self._sleep_until(g.go_at)
+            if g.late(self._clock()):  # a GC pause or SIGSTOP ate the grace
+                self.forfeit(key, n)
+                continue
+            return
+
+    @contextlib.contextmanager
+    def limit(self, key, wait_timeout=5.0, n=1):
+        # type: (str, Optional[float], int) -> Iterator[None]
+        """``with client.limit("acme"): call_acme()``: waits for the fleet's
+        room (at most wait_timeout) before the block; raises LimitExceeded
+        or Paused instead of running it."""
+        self.wait(key, n, wait_timeout)
+        yield
+
+    def limited(self, key, wait_timeout=5.0, n=1):
+        # type: (str, Optional[float], int) -> Callable
+        """Decorator: each call waits like ``limit`` first."""
+        def deco(fn):
+            @functools.wraps(fn)
+            def wrapper(*a, **kw):
+                self.wait(key, n, wait_timeout)
+                return fn(*a, **kw)
+            return wrapper
+        return deco
+
+    # ------------------------------------------------------------------
+    # pauses and limits
+
+    def pause(self, key, seconds):
+        # type: (str, float) -> float
+        """Pauses key fleet-wide for seconds (0, 86400]; returns the pause
+        in force (a longer pause in force stays)."""
+        ans, _, _ = self._call("POST", "/v1/pauses/" + escape_key(key), {"seconds": float(seconds)})
+        return float((ans or {}).get("remaining_s", 0.0))
+
+    def paused_for(self, key):
+        # type: (str) -> float
+        """Seconds the key's pause still lasts (0.0 when not paused)."""
+        ans, _, _ = self._call("GET", "/v1/pauses/" + escape_key(key))
+        return float((ans or {}).get("remaining_s", 0.0))
+
+    def get_limit(self, key):
+        # type: (str) -> Tuple[float, int]
+        """(rate per second, burst) of key's limit; UnknownKey when unset."""
+        ans, _, _ = self._call("GET", "/v1/limits/" + escape_key(key))
+        ans = ans or {}
+        return float(ans["rate"]), int(ans["burst"])
+
+    # ------------------------------------------------------------------
+    # concurrency slots
+
+    def acquire_slot(self, keys, ttl=60.0, max_wait=0.0):
+        # type: (Union[str, Sequence[str]], float, float) -> Slot
+        """Takes one slot of each key's cap, all or none; ConcurrencyLimit
+        when they stay full for max_wait. Release it (or use ``slot``)."""
+        if isinstance(keys, str):
+            keys = [keys]
+        keys = list(keys)
+        for k in keys:
+            escape_key(k)  # validates
+        ans, sent, recv = self._call("POST", "/v1/slots",
+                                     {"keys": keys, "ttl": float(ttl), "max_wait": float(max_wait)},
+                                     extra_timeout=float(max_wait), retry_unsent_only=True)
+        ans = ans or {}
+        deadline = sent + float(ans.get("held", 0.0)) + float(ans.get("deadline", 0.0))
+        return Slot(self, str(ans.get("id", "")), list(ans.get("keys", keys)), deadline)
+
+    def slot(self, keys, ttl=60.0, max_wait=0.0):
+        # type: (Union[str, Sequence[str]], float, float) -> _SlotContext
+        """``with client.slot(["global", "team:42"]) as s: ...`` takes the
+        slots on entry and gives them back on exit, also on exceptions."""
+        return _SlotContext(self, keys, ttl, max_wait)
+
+    # ------------------------------------------------------------------
+    # providers' answers
+
+    def observe(self, key, response, statuses=PAUSE_STATUSES):
+        # type: (str, Any, Tuple[int, ...]) -> Optional[float]
+        """Turns a provider's 429/503 with Retry-After into a fleet-wide pause
+        of key. ``response`` may be a urllib response or HTTPError, an
+        http.client.HTTPResponse or a requests Response. Returns the pause
+        asked for (capped to 24 h), or None. Failures to pause are logged,
+        never raised: the provider's answer is what the caller acts on."""
+        secs = pause_for(response, statuses)
+        if secs is None or secs <= 0:
+            return secs
+        try:
+            self.pause(key, min(secs, MAX_PAUSE))
+        except Exception as e:
+            log.warning("raftpace: pausing %r for %.3gs failed: %s", key, secs, e)
+        return secs
+
+    def urlopen(self, key, request, wait_timeout=5.0, n=1, on_limited="raise", retries=0, opener=None, **kw):
+        """urllib.request.urlopen paced by key. See raftpace.paced_http.urlopen."""
+        from .paced_http import urlopen
+        return urlopen(self, key, request, wait_timeout=wait_timeout, n=n, on_limited=on_limited,
+                       retries=retries, opener=opener, **kw)
