@@ -24,15 +24,21 @@ func (c *Cache) Reserve(ctx context.Context, key string, maxWait time.Duration) 
 	backoff := d.BackoffMin
 	var lastErr error
 	asked := false // whether a fetch this call waited for has answered
+	// retake: a fetch just brought a lease; the first take from it is made
+	// even if the round trip outlasted maxWait (a slot free now is within
+	// any maximum wait). Once per call, so a lease that others drain first
+	// cannot keep it going.
+	retake, retaken := false, false
 	for {
 		now := d.Now()
 		remaining := int64(maxWait) - (now - begin)
-		if remaining < 0 && !asked {
+		if remaining < 0 && (!asked || retake) {
 			// A zero (or tiny) max wait still deserves one answer from
 			// the leader: a slot free now, or why not (an unknown key
 			// must say so, not "limit exceeded").
 			remaining = 0
 		}
+		retake = false
 		if remaining < 0 {
 			if lastErr != nil {
 				return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w within max wait %v: %w", key, raftpace.ErrNoLeader, maxWait, lastErr)
@@ -73,6 +79,7 @@ func (c *Cache) Reserve(ctx context.Context, key string, maxWait time.Duration) 
 			return raftpace.Reservation{}, raftpace.ErrClosed
 		}
 		if f.err == nil {
+			retake, retaken = !retaken, true
 			continue
 		}
 		var le *raftpace.LimitExceededError

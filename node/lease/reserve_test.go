@@ -84,6 +84,26 @@ func TestCache_PrefetchOnlyWhenItCanSucceed(t *testing.T) {
 	}
 }
 
+// A fetch slower than the caller's maximum wait still serves the caller
+// when its lease holds a slot free now: the slot is within any maximum
+// wait (a 1 ms max wait over a loaded loopback failed with "limit
+// exceeded: would wait 90us, maximum 1ms").
+func TestCache_SlowFetchStillServesAFreeSlot(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	var f *fakeNode
+	f, c := newFake(t, time.Second, func(call int32) (wire.Lease, error) {
+		f.clock.Add(5 * ms) // the round trip outlasts the max wait
+		return wire.Lease{Spacing: ms, Count: 1}, nil
+	})
+	r, err := c.Reserve(context.Background(), "k", time.Millisecond)
+	if err != nil {
+		t.Fatalf("slot free on arrival, max wait 1ms: %v", err)
+	}
+	if want := f.epoch.Add(5 * time.Millisecond); !r.At.Equal(want) {
+		t.Errorf("At %v, want on arrival %v", r.At.Sub(f.epoch), want.Sub(f.epoch))
+	}
+}
+
 // A lease whose every use-by passed in transit is dropped, counted, and
 // asked for again; never served.
 func TestCache_LateLeaseDropped(t *testing.T) {
