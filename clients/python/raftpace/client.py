@@ -423,7 +423,7 @@ class Client(object):
     # ------------------------------------------------------------------
     # concurrency slots
 
-    def acquire_slot(self, keys, ttl=60.0, max_wait=0.0):
+    def acquire_slot(self, keys, ttl=30.0, max_wait=0.0):
         # type: (Union[str, Sequence[str]], float, float) -> Slot
         """Takes one slot of each key's cap, all or none; ConcurrencyLimit
         when they stay full for max_wait. Release it (or use ``slot``)."""
@@ -439,7 +439,7 @@ class Client(object):
         deadline = sent + float(ans.get("held", 0.0)) + float(ans.get("deadline", 0.0))
         return Slot(self, str(ans.get("id", "")), list(ans.get("keys", keys)), deadline)
 
-    def slot(self, keys, ttl=60.0, max_wait=0.0):
+    def slot(self, keys, ttl=30.0, max_wait=0.0):
         # type: (Union[str, Sequence[str]], float, float) -> _SlotContext
         """``with client.slot(["global", "team:42"]) as s: ...`` takes the
         slots on entry and gives them back on exit, also on exceptions."""

@@ -127,7 +127,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 class FakeAgent(object):
-    def __init__(self, tcp=False, token=None, grace=0.05):
+    def __init__(self, tcp=False, token=None, grace=0.5):
         self.grace = grace
         self.token = token
         self.lock = threading.Condition()

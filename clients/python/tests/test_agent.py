@@ -112,14 +112,14 @@ class RealAgentTest(unittest.TestCase):
                 time.sleep(0.1)
 
     def test_limit_and_reserve(self):
-        self.assertEqual(self.set_limit("py/limit é", 10, 2), (10.0, 2))
-        self.assertEqual(self.client.reserve("py/limit é", max_wait=1), 0.0)
-        g = self.client.reserve_grant("py/limit é", max_wait=1)
+        self.assertEqual(self.set_limit("py/limit-é", 10, 2), (10.0, 2))
+        self.assertEqual(self.client.reserve("py/limit-é", max_wait=1), 0.0)
+        g = self.client.reserve_grant("py/limit-é", max_wait=1)
         self.assertGreaterEqual(g.use_by, g.go_at)
         with self.assertRaises(raftpace.LimitExceeded):
-            self.client.reserve("py/limit é", n=2, max_wait=0)
+            self.client.reserve("py/limit-é", n=2, max_wait=0)
         with self.assertRaises(raftpace.InvalidRequest) as cm:
-            self.client.reserve("py/limit é", n=3)
+            self.client.reserve("py/limit-é", n=3)
         self.assertEqual(cm.exception.field, "n")
 
     def test_unknown_key(self):
