@@ -60,5 +60,22 @@ if ! command -v chromium >/dev/null; then
   fi
 fi
 
+# The Python client (clients/python, standard library only) against the
+# real agent: its tests start the built binary named by RAFTPACE_BINARY.
+if ! command -v python3 >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing python3 for the Python client's tests"
+    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3; } </dev/null >/dev/null 2>&1 ||
+      { echo "test.sh: apt-get install python3 failed" >&2; exit 1; }
+  else
+    echo "test.sh: the Python client's tests need python3" >&2; exit 1
+  fi
+fi
+echo "== python client tests (clients/python, against the built agent)"
+py_bin=$(mktemp -d /tmp/raftpace-py.XXXXXX)
+go build -o "$py_bin/raftpace" ./cmd/raftpace
+(cd clients/python && RAFTPACE_BINARY="$py_bin/raftpace" python3 -m unittest discover -s tests -t . 2>&1 | tail -n 40; exit "${PIPESTATUS[0]}")
+rm -rf "$py_bin"
+
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
