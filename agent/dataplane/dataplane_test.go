@@ -138,6 +138,12 @@ func TestReserve(t *testing.T) {
 		t.Fatalf("n > burst: %s", a.raw)
 	}
 	p.call("POST", "/v1/reserve/nope", `{}`, 404, "unknown_key")
+	// max_wait 0 sheds only on the rate: a key's first slot, free now, is
+	// granted (one event and several).
+	p.limit("fresh", 5, 2)
+	grant(t, p.call("POST", "/v1/reserve/fresh", `{}`, 200, ""))
+	p.limit("fresh2", 5, 2)
+	grant(t, p.call("POST", "/v1/reserve/fresh2", `{"n":2}`, 200, ""))
 	// A key holding '/', '?' and '%', escaped as one segment.
 	odd := "a/b?c%dé"
 	p.limit(odd, 100, 1)

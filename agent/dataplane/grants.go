@@ -39,13 +39,6 @@ type ForfeitAnswer struct {
 // stalled) before the request is refused rather than asked again.
 const lateAttempts = 3
 
-// minMaxWait is the least max_wait the node is given: Node.Reserve of
-// more than one event reports no leader when its maxWait is 0 (its first
-// attempt already finds the time spent). The caller still goes no earlier
-// than its answer's wait says. (Even so, max_wait 0 sheds whenever the node
-// must first ask the leader for a lease; docs/dataplane.md says so.)
-const minMaxWait = time.Millisecond
-
 // count reads the "n" field: default 1, at most fsm.MaxBurst.
 func count(w http.ResponseWriter, n *int) (int, bool) {
 	if n == nil {
@@ -95,7 +88,7 @@ func (h *handler) reserve(w http.ResponseWriter, r *http.Request, key string, re
 	defer cancel()
 	deadline := receipt.Add(maxWait)
 	for range lateAttempts {
-		res, err := h.n.Reserve(ctx, key, n, max(minMaxWait, time.Until(deadline)))
+		res, err := h.n.Reserve(ctx, key, n, max(0, time.Until(deadline)))
 		if err != nil {
 			nodeError(w, err, "n")
 			return
