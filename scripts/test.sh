@@ -71,11 +71,39 @@ if ! command -v python3 >/dev/null; then
     echo "test.sh: the Python client's tests need python3" >&2; exit 1
   fi
 fi
+# One agent binary in one temp dir serves the Python and the Ruby clients'
+# tests; it is removed after them, also when they fail (no trap here: the
+# EXIT trap is scripts/postgres.sh's, which stops a throwaway server).
+client_bin=$(mktemp -d /tmp/raftpace-clients.XXXXXX)
+go build -o "$client_bin/raftpace" ./cmd/raftpace || { rm -rf "$client_bin"; exit 1; }
 echo "== python client tests (clients/python, against the built agent)"
-py_bin=$(mktemp -d /tmp/raftpace-py.XXXXXX)
-go build -o "$py_bin/raftpace" ./cmd/raftpace
-(cd clients/python && RAFTPACE_BINARY="$py_bin/raftpace" python3 -m unittest discover -s tests -t . 2>&1 | tail -n 40; exit "${PIPESTATUS[0]}")
-rm -rf "$py_bin"
+(cd clients/python && RAFTPACE_BINARY="$client_bin/raftpace" python3 -m unittest discover -s tests -t . 2>&1 | tail -n 40; exit "${PIPESTATUS[0]}") ||
+  { rm -rf "$client_bin"; exit 1; }
+
+# The Ruby client (clients/ruby, standard library and minitest only) against
+# the same binary.
+if ! command -v ruby >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing ruby for the Ruby client's tests"
+    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ruby; } </dev/null >/dev/null 2>&1 ||
+      { echo "test.sh: apt-get install ruby failed" >&2; rm -rf "$client_bin"; exit 1; }
+  else
+    echo "test.sh: the Ruby client's tests need ruby (apt-get install ruby, as root)" >&2; rm -rf "$client_bin"; exit 1
+  fi
+fi
+if ! ruby -e 'require "minitest"' >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing ruby-minitest for the Ruby client's tests"
+    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ruby-minitest; } </dev/null >/dev/null 2>&1 ||
+      { echo "test.sh: apt-get install ruby-minitest failed" >&2; rm -rf "$client_bin"; exit 1; }
+  else
+    echo "test.sh: the Ruby client's tests need minitest (apt-get install ruby-minitest, as root)" >&2; rm -rf "$client_bin"; exit 1
+  fi
+fi
+echo "== ruby client tests (clients/ruby, against the built agent)"
+(cd clients/ruby && RAFTPACE_BINARY="$client_bin/raftpace" ruby -Ilib -Itest -e 'Dir["test/*_test.rb"].each { |f| require File.expand_path(f) }' 2>&1 | tail -n 40; exit "${PIPESTATUS[0]}") ||
+  { rm -rf "$client_bin"; exit 1; }
+rm -rf "$client_bin"
 
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
