@@ -83,7 +83,7 @@ type pyOpts struct {
 	mode     string // agent, solo or naive
 	rate     float64
 	burst    int
-	startAt  time.Time // zero: at once; see startLater
+	startAt  time.Time // zero: at once (or see later)
 	later    bool      // start when told (startTogether)
 	duration time.Duration
 	holdWait time.Duration // hold the first grant with at least this wait (see pyworker.py)
