@@ -121,6 +121,7 @@ type agentOpts struct {
 	loads    []string // --load values
 	loadMode string   // raft (default) or solo
 	extra    []string
+	perAgent func(a *agent) []string // more flags, per agent (e.g. its own --socket)
 }
 
 // startCluster starts size agents that bootstrap one cluster and waits until
@@ -141,6 +142,9 @@ func startCluster(t *testing.T, size int, o agentOpts) *cluster {
 			a.args = append(a.args, "--load-mode", o.loadMode)
 		}
 		a.args = append(a.args, o.extra...)
+		if o.perAgent != nil {
+			a.args = append(a.args, o.perAgent(a)...)
+		}
 		var join []string
 		if i > 0 {
 			join = []string{c.agents[0].addrs.GossipAddr}
