@@ -80,6 +80,22 @@ echo "== python client tests (clients/python, against the built agent)"
 (cd clients/python && RAFTPACE_BINARY="$client_bin/raftpace" python3 -m unittest discover -s tests -t . 2>&1 | tail -n 40; exit "${PIPESTATUS[0]}") ||
   { rm -rf "$client_bin"; exit 1; }
 
+# The Celery integration with a real worker: Debian's python3 with
+# python3-celery and python3-redis, and a redis-server the test starts
+# itself (any running one is not used).
+if ! /usr/bin/python3 -c 'import celery, redis' >/dev/null 2>&1 || ! command -v redis-server >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing python3-celery, python3-redis and redis-server for the Celery test"
+    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-celery python3-redis redis-server; } </dev/null >/dev/null 2>&1 ||
+      { echo "test.sh: apt-get install python3-celery python3-redis redis-server failed" >&2; rm -rf "$client_bin"; exit 1; }
+  else
+    echo "test.sh: the Celery test needs /usr/bin/python3 with celery and redis (Debian: python3-celery python3-redis) and redis-server; run as root to install them" >&2; rm -rf "$client_bin"; exit 1
+  fi
+fi
+echo "== python client: Celery with a real worker (clients/python/tests/with_celery.py)"
+(cd clients/python && RAFTPACE_BINARY="$client_bin/raftpace" RAFTPACE_REQUIRE_CELERY=1 /usr/bin/python3 -m unittest -v tests.with_celery 2>&1 | tail -n 40; exit "${PIPESTATUS[0]}") ||
+  { rm -rf "$client_bin"; exit 1; }
+
 # The Ruby client (clients/ruby, standard library and minitest only) against
 # the same binary.
 if ! command -v ruby >/dev/null; then

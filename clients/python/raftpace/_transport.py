@@ -35,6 +35,17 @@ class UnixHTTPConnection(http.client.HTTPConnection):
             raise
         self.sock = s
 
+    def _send_output(self, message_body=None, encode_chunked=False):
+        # One write for the head and a bytes body (http.client writes them
+        # apart): one syscall less, and the agent reads the request at once.
+        if isinstance(message_body, bytes) and not encode_chunked:
+            self._buffer.extend((b"", b""))
+            msg = b"\r\n".join(self._buffer)
+            del self._buffer[:]
+            self.send(msg + message_body)
+            return
+        super()._send_output(message_body, encode_chunked)
+
 
 class Pool(object):
     """Idle keep-alive connections of one process, shared by its threads."""

@@ -8,7 +8,8 @@ nothing. So a paced task asks the agent for its events with
 ``max_wait=max_block``:
 
 - granted within max_block: it sleeps that little (on its own monotonic
-  clock, forfeiting grants it comes back to too late) and runs;
+  clock, forfeiting grants it comes back to too late, or when the key was
+  paused fleet-wide while it slept) and runs;
 - the wait is longer (LimitExceeded), the key is paused (Paused), or the
   agent cannot answer (Unavailable): nothing was consumed, and the task
   raises ``task.retry(countdown=delay)`` with the agent's hint, freeing the
@@ -51,7 +52,7 @@ Usage, base class::
 import functools
 import random
 
-from .errors import LimitExceeded, Unavailable
+from .errors import LimitExceeded, Paused, Unavailable
 from .retry_after import pause_for
 
 __all__ = ["paced", "ProviderLimited", "admit_or_retry", "PacedTask"]
@@ -65,6 +66,20 @@ class ProviderLimited(Exception):
     def __init__(self, retry_after, message="provider rate limited"):
         super().__init__(message)
         self.retry_after = float(retry_after)
+
+    def __reduce__(self):  # picklable: a prefork child sends its Retry(exc=...) to the parent
+        return (type(self), (self.retry_after, str(self)))
+
+
+def _retry_exc(exc, secs):
+    """What task.retry carries for a provider's "slow down": the exception
+    itself when it is a ProviderLimited, else a ProviderLimited naming it.
+    The prefork pool pickles it, and urllib's HTTPError (it holds the
+    response's file) cannot be pickled: passing it failed the task with
+    MaybeEncodingError instead of retrying it."""
+    if isinstance(exc, ProviderLimited):
+        return exc
+    return ProviderLimited(secs, "provider rate limited for %.3gs: %s: %s" % (secs, type(exc).__name__, exc))
 
 
 def _resolve(client):
@@ -87,10 +102,26 @@ def admit_or_retry(task, client, key, n=1, max_block=1.0):
         raise task.retry(countdown=_jitter(max(e.wait, 0.01)), exc=e)
     except Unavailable as e:
         raise task.retry(countdown=_jitter(max(e.retry_after, 0.1)), exc=e)
-    client._sleep_until(g.go_at)
+    if g.wait > 0:
+        client._sleep_until(g.go_at)
+        # A pause set while we slept (another worker's provider 429) binds
+        # this grant too: the agent granted it before the pause existed.
+        # Checked only after a sleep: a grant that goes at once went before
+        # any pause set since. A failed check lets the grant go.
+        try:
+            left = client.paused_for(key)
+        except Exception:
+            left = 0.0
+        if left > 0:
+            client.forfeit(key, n)
+            raise task.retry(countdown=_jitter(left),
+                             exc=Paused("raftpace: %r was paused while waiting for its grant" % (key,),
+                                        remaining=left))
     if g.late(client._clock()):
         client.forfeit(key, n)
-        raise task.retry(countdown=_jitter(0.01))
+        raise task.retry(countdown=_jitter(0.01),
+                         exc=Unavailable("raftpace: the grant for %r came too late to be used" % (key,),
+                                         code="late", retry_after=0.01))
 
 
 def _provider_pause(client, key, exc):
@@ -122,7 +153,7 @@ def paced(client, key, n=1, max_block=1.0):
                 secs = _provider_pause(c, k, e)
                 if secs is None:
                     raise
-                raise task.retry(countdown=_jitter(max(secs, 0.01)), exc=e)
+                raise task.retry(countdown=_jitter(max(secs, 0.01)), exc=_retry_exc(e, secs))
         return wrapper
     return deco
 
@@ -147,7 +178,7 @@ def _make_paced_task():
                 secs = _provider_pause(c, k, e)
                 if secs is None:
                     raise
-                raise self.retry(countdown=_jitter(max(secs, 0.01)), exc=e)
+                raise self.retry(countdown=_jitter(max(secs, 0.01)), exc=_retry_exc(e, secs))
 
     return PacedTask
 

@@ -22,6 +22,18 @@ class Error(Exception):
     def __repr__(self):
         return "%s(%r, code=%r, status=%r)" % (type(self).__name__, self.message, self.code, self.status)
 
+    def __reduce__(self):
+        # Picklable with every field, whatever the subclass's signature
+        # (Celery's prefork pool pickles the exception a retry carries).
+        return (_rebuild, (type(self), self.message, dict(self.__dict__)))
+
+
+def _rebuild(cls, message, state):
+    e = cls.__new__(cls)
+    Exception.__init__(e, message)
+    e.__dict__.update(state)
+    return e
+
 
 class ConfigError(Error):
     """The client was not told where the agent is (or was told nonsense)."""

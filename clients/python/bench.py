@@ -1,0 +1,323 @@
+#!/usr/bin/python3
+"""Latency and throughput of a reservation from one Python process:
+
+  (i)   client.reserve(key, max_wait=...) through the agent's unix socket;
+  (ii)  the Postgres pacer's upsert-and-return statement (bench/baseline/
+        postgres.go, pgCreate and pgReserve) with psycopg2;
+  (iii) a GCRA Lua script in EVALSHA (bench/baseline/redis.go, redisGCRA)
+        with redis-py against a redis-server this bench starts;
+
+then the agent's throughput serving socket reservations to N processes
+(raftpace.Client), and again with minimal raw-socket clients (a prebuilt
+request, the answer read to its Content-Length) to tell the Python
+client's cost from the agent's.
+
+    RAFTPACE_BINARY=/tmp/raftpace /usr/bin/python3 clients/python/bench.py [--n 5000] [--procs 4] [--secs 5]
+
+Needs Debian's python3-psycopg2 and python3-redis, redis-server, and a
+PostgreSQL at RAFTPACE_TEST_POSTGRES (default
+postgres://postgres@127.0.0.1:5432/postgres). The agent runs with the
+flags of tests/test_agent.py (one node, --raft-timing fast).
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import raftpace  # noqa: E402
+
+KEY = "bench-py"
+RATE, BURST = 1000000.0, 1000  # far above what is asked: nothing waits
+
+# bench/baseline/postgres.go: pgCreate, pgReserve ($1 key, $2 T, $3 tau, $4 max wait; microseconds)
+PG_TABLE = "raftpace_bench_pacer"
+PG_CREATE = """CREATE TABLE IF NOT EXISTS %s (
+	key     text PRIMARY KEY,
+	next_at timestamptz NOT NULL
+)""" % PG_TABLE
+PG_RESERVE = """WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+INSERT INTO %s AS p (key, next_at)
+SELECT %%(key)s::text, c.now + %%(t)s::float8 * interval '1 microsecond' FROM c
+ON CONFLICT (key) DO UPDATE
+	SET next_at = GREATEST(p.next_at, (SELECT now FROM c)) + %%(t)s::float8 * interval '1 microsecond'
+	WHERE p.next_at - %%(tau)s::float8 * interval '1 microsecond' - (SELECT now FROM c) <= %%(maxwait)s::float8 * interval '1 microsecond'
+RETURNING GREATEST(0, extract(epoch FROM p.next_at - (%%(t)s::float8 + %%(tau)s::float8) * interval '1 microsecond' - (SELECT now FROM c)))::float8""" % PG_TABLE
+
+# bench/baseline/redis.go: redisGCRA (KEYS[1] the TAT; ARGV T, tau, max wait in microseconds)
+REDIS_GCRA = """local t = redis.call("TIME")
+local now = (tonumber(t[1]) - 1483228800) * 1000000 + tonumber(t[2])
+local T = tonumber(ARGV[1])
+local tau = tonumber(ARGV[2])
+local maxwait = tonumber(ARGV[3])
+local tat = now
+local v = redis.call("GET", KEYS[1])
+if v then
+  tat = math.max(tonumber(v), now)
+end
+local wait = math.max(tat - tau - now, 0)
+if wait > maxwait then
+  return {0, string.format("%.3f", wait)}
+end
+local new_tat = tat + T
+redis.call("SET", KEYS[1], string.format("%.3f", new_tat), "PX", math.ceil((new_tat - now) / 1000) + 1000)
+return {1, string.format("%.3f", wait)}
+"""
+
+T_US = 1e6 / RATE
+TAU_US = (BURST - 1) * T_US
+MAX_WAIT = 1.0
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_agent(binary, tmp):
+    sock = os.path.join(tmp, "a.sock")
+    ready = os.path.join(tmp, "ready.json")
+    log = open(os.path.join(tmp, "agent.log"), "wb")
+    p = subprocess.Popen([binary, "agent", "--node-id", "a", "--bootstrap-expect", "1",
+                          "--data-dir", os.path.join(tmp, "data"), "--socket", sock,
+                          "--http", "127.0.0.1:0", "--bind", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0",
+                          "--raft-timing", "fast", "--ready-file", ready, "--leave-on-terminate=false"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        if p.poll() is not None:
+            raise SystemExit("the agent exited with %s (log in %s)" % (p.returncode, tmp))
+        if os.path.exists(ready) and os.path.exists(sock):
+            try:
+                with open(ready) as f:
+                    doc = json.load(f)
+            except ValueError:
+                doc = None
+            if doc and doc.get("http_addr"):
+                r = subprocess.run([binary, "limit", "set", KEY, "--rate", "%g" % RATE, "--burst", str(BURST),
+                                    "--addr", doc["http_addr"]], capture_output=True, text=True, timeout=30)
+                if r.returncode != 0:
+                    raise SystemExit("limit set: %s%s" % (r.stdout, r.stderr))
+                c = raftpace.Client(socket=sock, timeout=10)
+                while True:
+                    try:
+                        c.get_limit(KEY)
+                        break
+                    except raftpace.UnknownKey:
+                        if time.monotonic() > end:
+                            raise
+                        time.sleep(0.1)
+                c.close()
+                return p, sock
+        time.sleep(0.1)
+    raise SystemExit("the agent was not ready in 30 s")
+
+
+def start_redis(tmp):
+    exe = shutil.which("redis-server")
+    if not exe:
+        raise SystemExit("redis-server is not installed")
+    port = free_port()
+    p = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp, "--save", "",
+                          "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
+    import redis
+    r = redis.Redis(host="127.0.0.1", port=port)
+    end = time.monotonic() + 20
+    while True:
+        try:
+            r.ping()
+            return p, r
+        except redis.ConnectionError:
+            if time.monotonic() > end or p.poll() is not None:
+                raise SystemExit("redis-server did not start")
+            time.sleep(0.1)
+
+
+def measure(fn, n, warm=200):
+    for _ in range(warm):
+        fn()
+    lat = []
+    pc = time.perf_counter
+    t0 = pc()
+    for _ in range(n):
+        a = pc()
+        fn()
+        lat.append(pc() - a)
+    total = pc() - t0
+    lat.sort()
+    return {"p50": lat[len(lat) // 2], "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))], "ops": n / total}
+
+
+def hammer(sock, secs, start_at, q):
+    c = raftpace.Client(socket=sock, timeout=10)
+    while time.time() < start_at:
+        time.sleep(0.001)
+    end = start_at + secs
+    n = 0
+    cpu0 = time.process_time()
+    while time.time() < end:
+        c.reserve(KEY, max_wait=MAX_WAIT)
+        n += 1
+    q.put((n, time.process_time() - cpu0))
+
+
+def hammer_raw(sock, secs, start_at, q):
+    """The least a client can do: one prebuilt request per reservation on a
+    keep-alive socket, the answer read up to its Content-Length. Measures
+    what the agent serves when the Python client's own work is taken out."""
+    body = json.dumps({"n": 1, "max_wait": MAX_WAIT}).encode()
+    req = (b"POST /v1/reserve/" + KEY.encode() + b" HTTP/1.1\r\nHost: localhost\r\n"
+           b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock)
+    while time.time() < start_at:
+        time.sleep(0.001)
+    end = start_at + secs
+    n = 0
+    cpu0 = time.process_time()
+    buf = b""
+    while time.time() < end:
+        s.sendall(req)
+        while True:
+            i = buf.find(b"\r\n\r\n")
+            if i >= 0:
+                head = buf[:i]
+                j = head.lower().find(b"content-length:")
+                ln = int(head[j + 15:head.find(b"\r\n", j) if head.find(b"\r\n", j) > 0 else len(head)])
+                if len(buf) >= i + 4 + ln:
+                    if not head.startswith(b"HTTP/1.1 200"):
+                        raise SystemExit("raw reserve: %r" % buf[:200])
+                    buf = buf[i + 4 + ln:]
+                    break
+            chunk = s.recv(65536)
+            if not chunk:
+                raise SystemExit("raw reserve: the agent closed the connection")
+            buf += chunk
+        n += 1
+    s.close()
+    q.put((n, time.process_time() - cpu0))
+
+
+def throughput(agent, sock, procs, secs, target=hammer, perf_out=None):
+    q = multiprocessing.Queue()
+    start_at = time.time() + 1.0
+    ps = [multiprocessing.Process(target=target, args=(sock, secs, start_at, q)) for _ in range(procs)]
+    for p in ps:
+        p.start()
+    while time.time() < start_at:
+        time.sleep(0.01)
+    a0 = cpu_seconds(agent.pid)
+    if perf_out:  # sample the agent's stacks meanwhile (perf report -i FILE)
+        subprocess.run(["perf", "record", "-q", "-F", "499", "-g", "-p", str(agent.pid), "-o", perf_out,
+                        "--", "sleep", str(secs)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    else:
+        time.sleep(secs)
+    a1 = cpu_seconds(agent.pid)
+    res = [q.get(timeout=60) for _ in ps]
+    for p in ps:
+        p.join()
+    n = sum(r[0] for r in res)
+    return n / secs, a1 - a0, sum(r[1] for r in res)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=5000, help="reservations per latency measurement")
+    ap.add_argument("--procs", type=int, default=4, help="processes of the throughput measurement")
+    ap.add_argument("--secs", type=float, default=5.0, help="seconds of the throughput measurement")
+    ap.add_argument("--binary", default=os.environ.get("RAFTPACE_BINARY", ""))
+    ap.add_argument("--perf", default="", help="perf record the agent during the client throughput run into this file")
+    args = ap.parse_args()
+    if not args.binary:
+        raise SystemExit("set RAFTPACE_BINARY (or --binary) to a raftpace binary")
+    import psycopg2
+    pg_url = os.environ.get("RAFTPACE_TEST_POSTGRES") or "postgres://postgres@127.0.0.1:5432/postgres"
+
+    tmp = tempfile.mkdtemp(prefix="rp-py-bench-")
+    agent = redis_proc = None
+    try:
+        agent, sock = start_agent(args.binary, tmp)
+        redis_proc, r = start_redis(tmp)
+        rows = []
+
+        c = raftpace.Client(socket=sock, timeout=10)
+        rows.append(("agent socket: client.reserve", measure(lambda: c.reserve(KEY, max_wait=MAX_WAIT), args.n)))
+
+        pg = psycopg2.connect(pg_url)
+        pg.autocommit = True
+        cur = pg.cursor()
+        cur.execute(PG_CREATE)
+        params = {"key": KEY, "t": T_US, "tau": TAU_US, "maxwait": MAX_WAIT * 1e6}
+
+        def pg_reserve():
+            cur.execute(PG_RESERVE, params)
+            cur.fetchone()
+        rows.append(("postgres: upsert-and-return", measure(pg_reserve, args.n)))
+        cur.execute("DELETE FROM %s WHERE key = %%s" % PG_TABLE, (KEY,))
+        pg.close()
+
+        sha = r.script_load(REDIS_GCRA)
+        rkey = "raftpace-bench:" + KEY
+        rows.append(("redis: GCRA EVALSHA", measure(lambda: r.evalsha(sha, 1, rkey, T_US, TAU_US, MAX_WAIT * 1e6),
+                                                    args.n)))
+
+        base = rows[1][1]
+        print("one Python process, %d reservations each (%s, load average %s)"
+              % (args.n, sys.version.split()[0], " ".join(open("/proc/loadavg").read().split()[:3])))
+        print("%-30s %9s %9s %10s %13s" % ("path", "p50 us", "p99 us", "ops/s", "p50 vs pg"))
+        for name, m in rows:
+            print("%-30s %9.0f %9.0f %10.0f %12.2fx" % (name, m["p50"] * 1e6, m["p99"] * 1e6, m["ops"],
+                                                      m["p50"] / base["p50"]))
+        sp = rows[0][1]["p50"] / base["p50"]
+        print("target: socket p50 <= 0.5x the Postgres statement's: %s (%.2fx)" % ("met" if sp <= 0.5 else "NOT met", sp))
+
+        rate, agent_cpu, py_cpu = throughput(agent, sock, args.procs, args.secs, perf_out=args.perf)
+        print()
+        print("agent throughput: %d processes x %.0fs of reserve(max_wait=%g): %.0f reservations/s" %
+              (args.procs, args.secs, MAX_WAIT, rate, ))
+        print("  CPU over the run: agent %.2fs (%.0f%% of a core), Python clients %.2fs (%.0f%%), %d cores;"
+              % (agent_cpu, 100 * agent_cpu / args.secs, py_cpu, 100 * py_cpu / args.secs, os.cpu_count()))
+        n = rate * args.secs
+        if n:
+            print("  per reservation: agent %.0f us CPU, Python client %.0f us CPU" % (agent_cpu / n * 1e6, py_cpu / n * 1e6))
+        print("target: >= 20000/s on 2 cores: %s" % ("met" if rate >= 20000 else "NOT met"))
+
+        rate, agent_cpu, py_cpu = throughput(agent, sock, args.procs, args.secs, target=hammer_raw)
+        print()
+        print("agent ceiling, minimal raw-socket clients (no raftpace.Client): %d processes x %.0fs: %.0f reservations/s"
+              % (args.procs, args.secs, rate))
+        print("  CPU over the run: agent %.2fs (%.0f%% of a core), raw clients %.2fs (%.0f%%)"
+              % (agent_cpu, 100 * agent_cpu / args.secs, py_cpu, 100 * py_cpu / args.secs))
+        n = rate * args.secs
+        if n:
+            print("  per reservation: agent %.0f us CPU, raw client %.0f us CPU" % (agent_cpu / n * 1e6, py_cpu / n * 1e6))
+    finally:
+        for p in (redis_proc, agent):
+            if p is not None and p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
