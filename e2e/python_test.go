@@ -10,37 +10,6 @@ import (
 	"github.com/raftpace/raftpace/internal/timeline"
 )
 
-const (
-	pyRate     = 30
-	pyBurst    = 3
-	pyPerAgent = 2
-	pyRun      = 10 * time.Second
-)
-
-// startPyWorkers starts pyPerAgent workers per agent socket (or, with ""
-// sockets, that many in solo mode), and once all are ready, lets them
-// start together. It returns them and the moment they start.
-func startPyWorkers(t *testing.T, py, dir, key, mode string, sockets []string, d time.Duration) ([]*pyWorker, time.Time) {
-	var ws []*pyWorker
-	for i, sock := range sockets {
-		for j := 0; j < pyPerAgent; j++ {
-			ws = append(ws, startPyWorker(t, py, dir, pyOpts{
-				name: fmt.Sprintf("py%d-%d", i+1, j+1), socket: sock, key: key, mode: mode,
-				rate: pyRate, burst: pyBurst, later: true, duration: d,
-			}))
-		}
-	}
-	return ws, startTogether(t, ws)
-}
-
-func timelines(ws []*pyWorker) []string {
-	var files []string
-	for _, w := range ws {
-		files = append(files, w.timeline)
-	}
-	return files
-}
-
 // Six Python worker processes, two beside each of three agents, each
 // calling client.wait through its agent's unix socket, share one limit of
 // 30/s burst 3: `raftpace check` on their merged timelines finds no window
@@ -48,70 +17,14 @@ func timelines(ws []*pyWorker) []string {
 // least 90% of R over the run.
 func TestE2E_PythonWorkersShareOneLimit(t *testing.T) {
 	t.Parallel()
-	py := python3(t)
-	c := startCluster(t, 3, agentOpts{perAgent: withSocket(t)})
-	const key = "py-shared"
-	c.agents[0].mustCLI("limit", "set", key, "--rate", fmt.Sprint(pyRate), "--burst", fmt.Sprint(pyBurst))
-	var sockets []string
-	for _, a := range c.agents {
-		sockets = append(sockets, socketOf(a))
-	}
-	ws, startAt := startPyWorkers(t, py, c.dir, key, "agent", sockets, pyRun)
-	for _, w := range ws {
-		w.wait(pyRun + 30*time.Second)
-	}
-
-	doc, code := runCheck(t, key, pyRate, pyBurst, timelines(ws))
-	t.Log(doc.summary())
-	if code != 0 || !doc.OK {
-		t.Errorf("raftpace check: exit %d, ceiling exceeded:\n%s", code, doc.summary())
-	}
-	k := doc.Keys[0]
-	if len(k.PerNode) != len(ws) {
-		t.Errorf("events from %d workers, want %d: %v", len(k.PerNode), len(ws), k.PerNode)
-	}
-	// Utilisation over the run [startAt, startAt+pyRun): the workers'
-	// events, on the same wall clock the agents use.
-	var evs []timeline.Event
-	for _, w := range ws {
-		evs = append(evs, w.events()...)
-	}
-	s := keySeries(evs, key)
-	util := s.rate(startAt, startAt.Add(pyRun)) / pyRate
-	t.Logf("utilisation over the run: %.1f%% of %d/s (check's first-to-last: %.1f%%)", 100*util, pyRate, 100*k.Utilisation)
-	if util < 0.9 {
-		t.Errorf("the workers admitted %.1f%% of %d/s over the run; want at least 90%%", 100*util, pyRate)
-	}
+	testWorkersShareOneLimit(t, python, 2)
 }
 
 // The non-vacuity twin: the same six workers each pacing alone at R with a
 // local GCRA (no agent) admit about 6 x R, and the same check must fail.
 func TestE2E_PythonWorkersPacingAloneBreakTheLimit(t *testing.T) {
 	t.Parallel()
-	py := python3(t)
-	dir := keptDir(t)
-	const key = "py-shared"
-	ws, _ := startPyWorkers(t, py, dir, key, "solo", []string{"", "", ""}, 5*time.Second)
-	for _, w := range ws {
-		w.wait(40 * time.Second)
-	}
-	doc, code := runCheck(t, key, pyRate, pyBurst, timelines(ws))
-	t.Log(doc.summary())
-	if code != 1 || doc.OK {
-		t.Fatalf("raftpace check: exit %d, ok=%v on six workers pacing alone: the check cannot fail\n%s", code, doc.OK, doc.summary())
-	}
-	k := doc.Keys[0]
-	worst := 0.0
-	for _, w := range k.Windows {
-		if !w.Over {
-			t.Errorf("W=%s not over its bound at ~6R: max %d bound %.2f", w.Window, w.MaxCount, w.Bound)
-		}
-		worst = max(worst, float64(w.MaxCount)/w.Bound)
-	}
-	t.Logf("pacing alone: %.1f/s = %.2f x R; worst window %.2f x its bound", k.AchievedRate, k.AchievedRate/pyRate, worst)
-	if k.AchievedRate < 4.5*pyRate {
-		t.Errorf("six workers pacing alone admitted %.1f/s, expected about 6 x %d/s", k.AchievedRate, pyRate)
-	}
+	testWorkersPacingAloneBreakTheLimit(t, python, 6)
 }
 
 // A Python worker that is SIGSTOPped right after it received a grant with
@@ -128,14 +41,14 @@ func TestE2E_PythonWorkersPacingAloneBreakTheLimit(t *testing.T) {
 // staleUses reports that event.
 func TestE2E_PythonWorkerSIGSTOPDoesNotUseStaleSlot(t *testing.T) {
 	t.Parallel()
-	py := python3(t)
+	py := needLang(t, python)
 	c := startCluster(t, 3, agentOpts{perAgent: withSocket(t)})
 	const key = "py-stale"
 	const rate, burst = 4, 1 // three busy workers keep a backlog of ~0.75 s: grants wait
 	c.agents[0].mustCLI("limit", "set", key, "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
-	var busy []*pyWorker
+	var busy []*worker
 	for i, a := range c.agents {
-		busy = append(busy, startPyWorker(t, py, c.dir, pyOpts{name: fmt.Sprintf("busy%d", i+1),
+		busy = append(busy, startWorker(t, py, c.dir, workerOpts{name: fmt.Sprintf("busy%d", i+1),
 			socket: socketOf(a), key: key, mode: "agent", later: true, duration: 30 * time.Second}))
 	}
 	startAt := startTogether(t, busy)
@@ -190,10 +103,10 @@ type stopRun struct {
 // there, before the grant's time, keeps it stopped until 1 s (20 x the
 // use-grace) past the grant's use-by, and at least 1.5 s, SIGCONTs it and
 // lets it run until its next event.
-func stopOnGrant(t *testing.T, py, dir string, a *agent, key, mode string) stopRun {
+func stopOnGrant(t *testing.T, py lang, dir string, a *agent, key, mode string) stopRun {
 	t.Helper()
 	before := forfeited(t, a)
-	w := startPyWorker(t, py, dir, pyOpts{name: "victim-" + mode, socket: socketOf(a), key: key, mode: mode,
+	w := startWorker(t, py, dir, workerOpts{name: "victim-" + mode, socket: socketOf(a), key: key, mode: mode,
 		duration: 30 * time.Second, holdWait: 200 * time.Millisecond})
 	hold := w.waitLine("HOLD", 20*time.Second)
 	w.cmd.Process.Signal(syscall.SIGSTOP)

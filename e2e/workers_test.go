@@ -1,9 +1,10 @@
 package e2e
 
-// Helpers for the tests of workers in other languages (python_test.go):
-// agents serving their data plane on a unix socket, Python worker
-// processes (testdata/pyworker.py) that write their own timelines, and
-// `raftpace check` run on the merged files.
+// Helpers for the tests of workers in other languages (python_test.go,
+// ruby_test.go, shared_limit_test.go): agents serving their data plane on
+// a unix socket, worker processes (testdata/pyworker.py, rbworker.rb)
+// that write their own timelines, and `raftpace check` run on the merged
+// files.
 
 import (
 	"bufio"
@@ -26,20 +27,50 @@ import (
 	"github.com/raftpace/raftpace/internal/timeline"
 )
 
-// python3 returns the path of python3. Without it the test is skipped, or
-// fails when CI is set (like chromium for the status page test).
-func python3(t *testing.T) string {
+// lang is a language whose workers the tests run: an interpreter found on
+// PATH runs its worker script (testdata) with its client (clients/).
+type lang struct {
+	name   string // in messages: Python, Ruby
+	prefix string // of worker names and keys: py, rb
+	prog   string // the interpreter (and its Debian package)
+	script string // in testdata: same flags, modes and output for every language
+	client string // in clients
+	path   string // the interpreter's path, set by needLang
+	// argv and env run script with the client at clientDir importable.
+	argv func(script, clientDir string) []string
+	env  func(clientDir string) []string
+}
+
+var (
+	python = lang{name: "Python", prefix: "py", prog: "python3", script: "pyworker.py", client: "python",
+		argv: func(script, _ string) []string { return []string{"-u", script} },
+		env: func(clientDir string) []string {
+			return []string{"PYTHONPATH=" + clientDir, "PYTHONDONTWRITEBYTECODE=1"}
+		}}
+	ruby = lang{name: "Ruby", prefix: "rb", prog: "ruby", script: "rbworker.rb", client: "ruby",
+		argv: func(script, clientDir string) []string {
+			return []string{"-I", filepath.Join(clientDir, "lib"), script}
+		},
+		// RUBYOPT emptied: no -rbundler/setup or the like from outside.
+		env: func(string) []string { return []string{"RUBYOPT="} }}
+)
+
+// needLang returns l with the path of its interpreter. Without it the test
+// is skipped, or fails when CI is set (like chromium for the status page
+// test).
+func needLang(t *testing.T, l lang) lang {
 	t.Helper()
-	if p, err := exec.LookPath("python3"); err == nil {
-		return p
+	if p, err := exec.LookPath(l.prog); err == nil {
+		l.path = p
+		return l
 	}
-	msg := "python3 is not installed: the Python worker tests need it " +
-		"(Debian: apt-get install python3; scripts/test.sh installs it as root)"
+	msg := fmt.Sprintf("%s is not installed: the %s worker tests need it "+
+		"(Debian: apt-get install %s; scripts/test.sh installs it as root)", l.prog, l.name, l.prog)
 	if os.Getenv("CI") != "" {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
-	return ""
+	return l
 }
 
 // maxSocketPath is the longest unix socket path the agent accepts.
@@ -75,8 +106,9 @@ func socketOf(a *agent) string {
 	return ""
 }
 
-// pyOpts configure one run of testdata/pyworker.py.
-type pyOpts struct {
+// workerOpts configure one run of a worker script (testdata/pyworker.py,
+// rbworker.rb).
+type workerOpts struct {
 	name     string // the node id of its timeline lines
 	socket   string // its agent's --socket ("" in solo mode)
 	key      string
@@ -89,8 +121,8 @@ type pyOpts struct {
 	holdWait time.Duration // hold the first grant with at least this wait (see pyworker.py)
 }
 
-// pyWorker is one Python worker process.
-type pyWorker struct {
+// worker is one worker process, in any language.
+type worker struct {
 	t        *testing.T
 	name     string
 	timeline string
@@ -104,21 +136,22 @@ type pyWorker struct {
 	lines []string // its stdout
 }
 
-// startPyWorker starts a worker with its files in dir.
-func startPyWorker(t *testing.T, py, dir string, o pyOpts) *pyWorker {
+// startWorker starts a worker of language l (from needLang) with its
+// files in dir.
+func startWorker(t *testing.T, l lang, dir string, o workerOpts) *worker {
 	t.Helper()
-	script, err := filepath.Abs(filepath.Join("testdata", "pyworker.py"))
+	script, err := filepath.Abs(filepath.Join("testdata", l.script))
 	if err != nil {
 		t.Fatal(err)
 	}
-	clientDir, err := filepath.Abs(filepath.Join("..", "clients", "python"))
+	clientDir, err := filepath.Abs(filepath.Join("..", "clients", l.client))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &pyWorker{t: t, name: o.name, timeline: filepath.Join(dir, o.name+".timeline"),
+	w := &worker{t: t, name: o.name, timeline: filepath.Join(dir, o.name+".timeline"),
 		logPath: filepath.Join(dir, o.name+".stderr"), done: make(chan struct{})}
-	args := []string{"-u", script, "--key", o.key, "--node", o.name, "--timeline", w.timeline,
-		"--mode", o.mode, "--duration", strconv.FormatFloat(o.duration.Seconds(), 'f', 3, 64)}
+	args := append(l.argv(script, clientDir), "--key", o.key, "--node", o.name, "--timeline", w.timeline,
+		"--mode", o.mode, "--duration", strconv.FormatFloat(o.duration.Seconds(), 'f', 3, 64))
 	if o.socket != "" {
 		args = append(args, "--socket", o.socket)
 	}
@@ -133,8 +166,8 @@ func startPyWorker(t *testing.T, py, dir string, o pyOpts) *pyWorker {
 	if o.holdWait > 0 {
 		args = append(args, "--hold-wait", fmt.Sprint(o.holdWait.Seconds()))
 	}
-	cmd := exec.Command(py, args...)
-	cmd.Env = append(cleanEnv(), "PYTHONPATH="+clientDir, "PYTHONDONTWRITEBYTECODE=1")
+	cmd := exec.Command(l.path, args...)
+	cmd.Env = append(cleanEnv(), l.env(clientDir)...)
 	logf, err := os.Create(w.logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +210,7 @@ func startPyWorker(t *testing.T, py, dir string, o pyOpts) *pyWorker {
 // startTogether waits until every worker (started with later) is READY
 // and tells them all to start their loop shortly after; it returns that
 // moment.
-func startTogether(t *testing.T, ws []*pyWorker) time.Time {
+func startTogether(t *testing.T, ws []*worker) time.Time {
 	t.Helper()
 	for _, w := range ws {
 		w.waitLine("READY", 30*time.Second)
@@ -192,14 +225,14 @@ func startTogether(t *testing.T, ws []*pyWorker) time.Time {
 }
 
 // stdout returns the lines the worker printed so far.
-func (w *pyWorker) stdout() []string {
+func (w *worker) stdout() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.lines)
 }
 
 // waitLine waits for a line starting with prefix and returns it.
-func (w *pyWorker) waitLine(prefix string, d time.Duration) string {
+func (w *worker) waitLine(prefix string, d time.Duration) string {
 	w.t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -221,7 +254,7 @@ func (w *pyWorker) waitLine(prefix string, d time.Duration) string {
 }
 
 // wait waits for the worker to exit by itself, successfully.
-func (w *pyWorker) wait(d time.Duration) {
+func (w *worker) wait(d time.Duration) {
 	w.t.Helper()
 	select {
 	case <-w.done:
@@ -236,13 +269,13 @@ func (w *pyWorker) wait(d time.Duration) {
 }
 
 // terminate ends a worker with SIGTERM (it exits 0) and waits for it.
-func (w *pyWorker) terminate() {
+func (w *worker) terminate() {
 	w.t.Helper()
 	w.cmd.Process.Signal(syscall.SIGTERM)
 	w.wait(10 * time.Second)
 }
 
-func (w *pyWorker) stderr() string {
+func (w *worker) stderr() string {
 	b, _ := os.ReadFile(w.logPath)
 	if len(b) > 4000 {
 		b = b[len(b)-4000:]
@@ -251,7 +284,7 @@ func (w *pyWorker) stderr() string {
 }
 
 // events parses the worker's timeline.
-func (w *pyWorker) events() []timeline.Event {
+func (w *worker) events() []timeline.Event {
 	w.t.Helper()
 	evs, err := timeline.ParseFiles(w.timeline)
 	if err != nil {
@@ -281,7 +314,7 @@ type grant struct {
 }
 
 // grants parses the worker's GRANT and HOLD lines, in the order printed.
-func (w *pyWorker) grants() []grant {
+func (w *worker) grants() []grant {
 	w.t.Helper()
 	var gs []grant
 	for _, l := range w.stdout() {
