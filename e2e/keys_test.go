@@ -37,7 +37,7 @@ func TestE2E_TenSlowKeysEachGetTheirRate(t *testing.T) {
 	time.Sleep(3 * time.Second) // every agent's load has found its limits
 	// Two 10 s windows (20 s in all, as before, so the test keeps its
 	// length beside the parallel chaos tests): every key must reach 95% of
-	// its rate in one of them (the same one for all keys), and no key may
+	// its rate, give or take one event, in one of them (the same one for all keys), and no key may
 	// pass its ceiling in either. A fleet-wide stall of a few seconds (an election on a loaded
 	// machine) costs one window 30%; the bug this test pins cost every
 	// window 55-78%.
@@ -64,7 +64,10 @@ func TestE2E_TenSlowKeysEachGetTheirRate(t *testing.T) {
 				t.Errorf("window %d, %s: ceiling exceeded:\n%s", w+1, k, rep.String())
 			}
 			worst[w] = min(worst[w], rep.Utilisation)
-			if rep.Utilisation < 0.95 {
+			// One event of slack: at 2/s a 10 s window holds 19 to 21
+			// events of a key paced exactly at its rate, depending on where
+			// its boundaries fall (19 in 10.002 s read as 94.99% once).
+			if float64(rep.RateEvents+1) < 0.95*rate*to.Sub(from).Seconds() {
 				problems[w] = append(problems[w], fmt.Sprintf("%s: %.2f/s, %.1f%% of %v/s\n%s", k, rep.AchievedRate, 100*rep.Utilisation, rate, rep.String()))
 			}
 		}
