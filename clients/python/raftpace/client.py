@@ -2,7 +2,6 @@
 
 import contextlib
 import functools
-import http.client
 import json
 import logging
 import os
@@ -28,6 +27,17 @@ MAX_LATE = 5
 _BACKOFF_MIN = 0.05
 _BACKOFF_MAX = 2.0
 
+#: compact JSON for request bodies (one encoder: json.dumps builds one per call
+#: when given separators).
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_loads = json.loads
+
+
+@functools.lru_cache(maxsize=4096)
+def _quote_key(key):
+    # type: (str) -> str
+    return urllib.parse.quote(key, safe="$&+:=@")
+
 
 def escape_key(key):
     # type: (str) -> str
@@ -36,7 +46,7 @@ def escape_key(key):
         raise InvalidRequest("key must be a str, not %s" % type(key).__name__, field="key", status=None)
     if key == "":
         raise InvalidRequest("key must not be empty", field="key", status=None)
-    return urllib.parse.quote(key, safe="$&+:=@")
+    return _quote_key(key)
 
 
 class Grant(object):
@@ -175,19 +185,30 @@ class Client(object):
         if socket:
             self.socket_path = socket  # type: Optional[str]
             self.address = None  # type: Optional[Tuple[str, int]]
-            path = socket
-            factory = lambda: _transport.UnixHTTPConnection(path, timeout=self.timeout)  # noqa: E731
+            connect = _transport.unix_connector(socket)
+            host_header = "localhost"
         elif url:
             self.socket_path = None
             self.address = _parse_addr(url)
             host, port = self.address
-            factory = lambda: http.client.HTTPConnection(host, port, timeout=self.timeout)  # noqa: E731
+            connect = _transport.tcp_connector(host, port)
+            host_header = ("[%s]" % host) if ":" in host else host
+            if port != 80:
+                host_header += ":%d" % port
             if token:
                 self._headers["Authorization"] = "Bearer " + token
         else:
             raise ConfigError("raftpace: no agent address: pass socket= or url=, or set RAFTPACE_SOCKET "
                               "(the agent's --socket) or RAFTPACE_ADDR (its --http HOST:PORT)")
-        self._pool = _transport.Pool(factory)
+        # Every request's head after its request line, less Content-Length
+        # (the same for all: built once).
+        fields = [("Host", host_header)] + sorted(self._headers.items())
+        for k, v in fields:
+            if any(c in v for c in "\r\n\0") or any(ord(c) > 255 for c in v):
+                raise ConfigError("raftpace: the %s header would hold a line break, a NUL or a character "
+                                  "beyond Latin-1" % k)
+        self._head_fields = "".join("%s: %s\r\n" % kv for kv in fields).encode("latin-1")
+        self._pool = _transport.Pool(lambda: _transport.Connection(connect))
         # Hooks for tests (and for callers that keep their own clocks).
         self._clock = time.monotonic  # type: Callable[[], float]
         self._sleep = time.sleep  # type: Callable[[float], None]
@@ -227,40 +248,48 @@ class Client(object):
         connection, a timeout or a partial answer is never repeated: it is
         raised as Unavailable (code "unreachable").
         """
-        data = b"" if body is None else json.dumps(body).encode("utf-8")
-        headers = dict(self._headers)
-        headers["Content-Length"] = str(len(data))
+        data = b"" if body is None else _dumps(body).encode("utf-8")
+        request = b"%s %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
+            method.encode("ascii"), path.encode("ascii"), self._head_fields, len(data), data)
         timeout = self.timeout + max(0.0, extra_timeout)
+        pool = self._pool
         for attempt in (0, 1):
-            conn, reused = self._pool.get()
-            conn.timeout = timeout
-            if conn.sock is not None:
-                conn.sock.settimeout(timeout)
+            conn, reused = pool.get()
             phase = "send"
             sent = self._clock()
             try:
-                conn.request(method, path, body=data, headers=headers)
+                conn.send(request, timeout)
                 phase = "answer"
-                resp = conn.getresponse()
-                raw = resp.read()
+                status, headers, raw, will_close = conn.read_answer()
                 recv = self._clock()
             except _socket.timeout as e:
                 conn.close()
                 raise Unavailable("raftpace: agent did not answer %s %s within %.3gs" % (method, path, timeout),
                                   code="unreachable", retry_after=1.0) from e
-            except (ConnectionError, http.client.HTTPException, OSError) as e:
+            except (OSError, _transport.ProtocolError) as e:
                 conn.close()
-                repeatable = isinstance(e, (ConnectionError, http.client.RemoteDisconnected))
-                if (attempt == 0 and reused and repeatable and not isinstance(e, http.client.IncompleteRead)
+                # NoAnswer, a reset or a broken pipe: ConnectionErrors, all
+                # before any byte of the answer (after one: IncompleteAnswer).
+                if (attempt == 0 and reused and isinstance(e, ConnectionError)
                         and (phase == "send" or not retry_unsent_only)):
                     continue
                 raise Unavailable("raftpace: %s %s: %s: %s" % (method, path, type(e).__name__, e),
                                   code="unreachable", retry_after=1.0) from e
-            if resp.will_close:
+            except BaseException:  # e.g. KeyboardInterrupt mid-answer: the stream is out of step
+                conn.close()
+                raise
+            if will_close:
                 conn.close()
             else:
-                self._pool.put(conn)
-            return self._answer(resp.status, resp.headers, raw), sent, recv
+                pool.put(conn)
+            if 200 <= status < 300:
+                if not raw:
+                    return None, sent, recv
+                try:
+                    return _loads(raw), sent, recv
+                except ValueError:
+                    return None, sent, recv
+            return self._answer(status, headers, raw), sent, recv
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
