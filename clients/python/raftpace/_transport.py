@@ -138,7 +138,8 @@ class Connection(object):
         return buf + data if buf else data
 
     def read_answer(self):
-        """Reads one answer: (status, Headers, body bytes, will_close)."""
+        """Reads one answer: (status, headers (a dict, lower-case names), body
+        bytes, will_close)."""
         buf, self._buf = self._buf, b""
         self._got = bool(buf)
         while True:
@@ -156,30 +157,36 @@ class Connection(object):
                     or not status_line[1].isdigit()):
                 raise ProtocolError("not an HTTP/1.x status line: %r" % lines[0][:100])
             status = int(status_line[1])
-            headers = Headers()
+            headers = {}  # lower-case names (Headers makes them case-blind for the error path)
             name = None
             for line in lines[1:]:
-                if line[:1] in (" ", "\t") and name is not None:  # obsolete line folding
-                    dict.__setitem__(headers, name, dict.__getitem__(headers, name) + " " + line.strip())
+                if line[0] in " \t" and name is not None:  # obsolete line folding
+                    headers[name] += " " + line.strip()
                     continue
                 name, sep, value = line.partition(":")
                 if not sep:
                     raise ProtocolError("malformed header line: %r" % line[:100])
                 name = name.strip().lower()
                 value = value.strip()
-                old = dict.get(headers, name)
-                if old is not None:
-                    if name == "content-length" and old != value:
-                        raise ProtocolError("conflicting Content-Length headers: %r, %r" % (old, value))
+                if name in headers:
+                    old = headers[name]
+                    if name == "content-length":
+                        if old != value:
+                            raise ProtocolError("conflicting Content-Length headers: %r, %r" % (old, value))
+                        continue
                     value = old + ", " + value
-                dict.__setitem__(headers, name, value)
+                headers[name] = value
             if 100 <= status < 200:  # an interim answer (never asked for): the real one follows
                 continue
             break
-        conn = dict.get(headers, "connection", "").lower()
-        will_close = "close" in conn or (version == "HTTP/1.0" and "keep-alive" not in conn)
-        te = dict.get(headers, "transfer-encoding")
-        cl = dict.get(headers, "content-length")
+        conn = headers.get("connection")
+        if conn is None:
+            will_close = version == "HTTP/1.0"
+        else:
+            conn = conn.lower()
+            will_close = "close" in conn or (version == "HTTP/1.0" and "keep-alive" not in conn)
+        te = headers.get("transfer-encoding")
+        cl = headers.get("content-length")
         if status in (204, 304):
             body = b""
         elif te is not None:
@@ -288,7 +295,9 @@ class Pool(object):
         return c, False
 
     def put(self, conn):
-        self._check_pid()
+        # No getpid here: the thread that got CONN checked the PID then, and
+        # a fork since (by another thread) leaves this thread out of the
+        # child; the hook or the next get's check handles the pool itself.
         if conn._raftpace_pid != self._pid or not conn.idle_clean():
             _close_quietly(conn)
             return

@@ -30,7 +30,7 @@ _BACKOFF_MAX = 2.0
 #: compact JSON for request bodies (one encoder: json.dumps builds one per call
 #: when given separators).
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
-_loads = json.loads
+_decode = json.JSONDecoder().decode  # on str: json.loads(bytes) sniffs the encoding each time
 
 
 @functools.lru_cache(maxsize=4096)
@@ -286,10 +286,10 @@ class Client(object):
                 if not raw:
                     return None, sent, recv
                 try:
-                    return _loads(raw), sent, recv
-                except ValueError:
+                    return _decode(raw.decode("utf-8")), sent, recv
+                except ValueError:  # UnicodeDecodeError too
                     return None, sent, recv
-            return self._answer(status, headers, raw), sent, recv
+            return self._answer(status, _transport.Headers(headers), raw), sent, recv
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod

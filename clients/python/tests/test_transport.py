@@ -242,6 +242,16 @@ class ParserTest(RawCase):
         with self.assertRaises(raftpace.Unavailable):
             c3.reserve("k")
 
+    def test_repeated_headers(self):
+        body = b'{"error":"busy","code":"overloaded"}'
+        c = self.serve(lambda c, r, req: [b"HTTP/1.1 503 Busy\r\nContent-Length: %d\r\nContent-Length: %d\r\n"
+                                          b"X-A: 1\r\nX-A: 2\r\nRetry-After: 4\r\n\r\n%s"
+                                          % (len(body), len(body), body)])
+        with self.assertRaises(raftpace.Unavailable) as cm:
+            c.reserve_grant("k")
+        self.assertEqual((cm.exception.code, cm.exception.retry_after), ("overloaded", 4.0))
+        self.assertEqual(c._pool.idle_count(), 1)
+
     def test_chunked(self):
         chunks = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(GRANT[i:i + 7]), GRANT[i:i + 7])
                           for i in range(0, len(GRANT), 7))
