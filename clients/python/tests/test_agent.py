@@ -5,6 +5,7 @@ Skipped only when RAFTPACE_BINARY is unset. When it is set, an agent that
 does not start (or does not serve its --socket) FAILS these tests.
 """
 
+import http.client
 import json
 import os
 import shutil
@@ -69,11 +70,27 @@ class RealAgentTest(unittest.TestCase):
                         doc = json.load(f)
                     except ValueError:
                         doc = None
-                if doc and doc.get("http_addr"):
+                # The ready file says the agent listens; /readyz that its
+                # node has a leader and holds its share (before that a
+                # reservation is a retryable 503 no_leader).
+                if doc and doc.get("http_addr") and cls._agent_ready(doc["http_addr"]):
                     return doc["http_addr"]
             time.sleep(0.1)
         raise AssertionError("the agent was not ready (ready file with http_addr and socket %s) within %gs:\n%s"
                              % (cls.sock, START_TIMEOUT, cls._agent_log()))
+
+    @staticmethod
+    def _agent_ready(addr):
+        host, _, port = addr.rpartition(":")
+        try:
+            conn = http.client.HTTPConnection(host, int(port), timeout=1)
+            try:
+                conn.request("GET", "/readyz")
+                return conn.getresponse().status == 200
+            finally:
+                conn.close()
+        except OSError:
+            return False
 
     @classmethod
     def _cleanup(cls):

@@ -10,6 +10,7 @@ require_relative "test_helper"
 require "open3"
 require "tmpdir"
 require "fileutils"
+require "net/http"
 
 # One real agent for the whole run, started by the first test that needs it.
 module RealAgent
@@ -69,12 +70,22 @@ module RealAgent
           rescue JSON::ParserError
             nil
           end
-          return doc["http_addr"] if doc.is_a?(Hash) && doc["http_addr"]
+          # The ready file says the agent listens; /readyz that its node
+          # has a leader and holds its share (before that a reservation is
+          # a retryable 503 no_leader, not an answer about the key).
+          return doc["http_addr"] if doc.is_a?(Hash) && doc["http_addr"] && agent_ready?(doc["http_addr"])
         end
         sleep 0.1
       end
       fail!("the agent was not ready (ready file with http_addr and socket #{@sock}) within " \
             "#{START_TIMEOUT}s:\n#{agent_log}")
+    end
+
+    def agent_ready?(addr)
+      host, port = addr.split(":")
+      Net::HTTP.start(host, port.to_i, open_timeout: 1, read_timeout: 1) { |h| h.get("/readyz").code == "200" }
+    rescue StandardError
+      false
     end
 
     def stop
