@@ -3,7 +3,10 @@
 // upsert-and-return statement per reservation), a GCRA Lua script in
 // Redis (as go-redis/redis_rate), golang.org/x/time/rate in one process
 // (the floor: no coordination at all) and gubernator v2 with GLOBAL
-// behaviour. raftpace bench (cmd/raftpace) runs it; bench/README.md says
+// behaviour; and, as the approach "python", clients/python/bench.py: the
+// agent's unix socket from Python against the same process's Postgres
+// statement and Redis script (python.go runs it, bench/report renders its
+// JSON). raftpace bench (cmd/raftpace) runs it; bench/README.md says
 // what each figure means and holds a run's results.
 //
 // Everything runs as real processes of the raftpace binary: raftpace as

@@ -21,7 +21,7 @@ import (
 
 // Approaches are the approaches Run compares, in table order: the names
 // Config.Only (raftpace bench --only) takes.
-var Approaches = []string{"raftpace", "postgres", "redis", "xrate", "gubernator", "loopback"}
+var Approaches = []string{"raftpace", "postgres", "redis", "xrate", "gubernator", "loopback", "python"}
 
 // IsApproach reports whether name is one of Approaches.
 func IsApproach(name string) bool { return slices.Contains(Approaches, name) }
@@ -43,6 +43,11 @@ type Config struct {
 	// GubernatorDir is the bench/gubernator module; "" looks for it from
 	// the working directory up.
 	GubernatorDir string
+	// PythonBench is clients/python/bench.py, which the "python" approach
+	// runs; "" looks for it from the working directory up.
+	PythonBench string
+	// Python is its interpreter; "" means DefaultPython.
+	Python string
 	// Progress receives a line per step; nil discards them.
 	Progress io.Writer
 	// Ceilings are the ceilings to measure (events/s); nil means
@@ -83,6 +88,7 @@ type runner struct {
 
 	pgOK, redisOK bool
 	gubBin        string
+	python        *pythonRun
 	gub           *gubCluster
 	echo          *baseline.EchoServer
 	step, steps   int
@@ -153,14 +159,7 @@ func (r *runner) skip(name, reason string) {
 // probe finds out which servers answer, and builds gubernator.
 func (r *runner) probe(ctx context.Context) {
 	if r.selected("postgres") {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, err := pgx.Connect(pctx, r.cfg.PostgresURL)
-		if err == nil {
-			err = baseline.EnsurePostgresTable(pctx, conn)
-			conn.Close(context.Background())
-		}
-		cancel()
-		if err != nil {
+		if err := probePostgres(ctx, r.cfg.PostgresURL); err != nil {
 			r.skip("postgres", fmt.Sprintf("no PostgreSQL server at %s: %v", baseline.RedactURL(r.cfg.PostgresURL), err))
 		} else {
 			r.pgOK = true
@@ -186,6 +185,25 @@ func (r *runner) probe(ctx context.Context) {
 			r.gubBin = bin
 		}
 	}
+	if r.selected("python") {
+		if pr, why := r.probePython(ctx); why != "" {
+			r.skip("python", why)
+		} else {
+			r.python = pr
+		}
+	}
+}
+
+// probePostgres connects to url and creates the Postgres pacer's table.
+func probePostgres(ctx context.Context, url string) error {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(pctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return baseline.EnsurePostgresTable(pctx, conn)
 }
 
 func (r *runner) cleanup() {
@@ -305,6 +323,9 @@ func (r *runner) groups() []group {
 		}
 		gs = append(gs, g)
 	}
+	if r.selected("python") && r.available("python") {
+		gs = append(gs, r.pythonGroup())
+	}
 	return gs
 }
 
@@ -316,6 +337,8 @@ func (r *runner) available(name string) bool {
 		return r.redisOK
 	case "gubernator":
 		return r.gubBin != ""
+	case "python":
+		return r.python != nil
 	}
 	return true
 }

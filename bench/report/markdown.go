@@ -9,7 +9,7 @@ import (
 )
 
 // Markdown renders the report: the latency table, the ceiling tables, the
-// targets, what was skipped, and a legend. Each figure is followed by its
+// Python section, the targets, what was skipped, and a legend. Each figure is followed by its
 // ratio to raftpace's ("0.47 ms (x31)": 31 times raftpace's figure).
 func (r *Report) Markdown() string {
 	var b strings.Builder
@@ -42,6 +42,9 @@ func (r *Report) Markdown() string {
 	}
 	if len(r.ManyKeys) > 0 {
 		r.manyKeysTable(&b)
+	}
+	if r.Python != nil {
+		r.Python.section(&b)
 	}
 	if len(r.Targets) > 0 {
 		b.WriteString("## Targets (issue #3)\n\n| target | wanted | measured | met |\n|---|---|---|---|\n")

@@ -32,9 +32,11 @@ type Report struct {
 	// ManyKeys has one result per key count of the many-slow-keys group
 	// (raftpace only).
 	ManyKeys []*ManyKeysResult `json:"many_keys,omitempty"`
-	Targets  []Target          `json:"targets"`
-	Skipped  []Skip            `json:"skipped,omitempty"`
-	Failures []Failure         `json:"failures,omitempty"`
+	// Python is clients/python/bench.py's figures (the "python" approach).
+	Python   *Python   `json:"python,omitempty"`
+	Targets  []Target  `json:"targets"`
+	Skipped  []Skip    `json:"skipped,omitempty"`
+	Failures []Failure `json:"failures,omitempty"`
 }
 
 // SeriesStep is the bucket of the admitted-rate series; SeriesSmooth the

@@ -13,11 +13,17 @@ request, the answer read to its Content-Length) to tell the Python
 client's cost from the agent's.
 
     RAFTPACE_BINARY=/tmp/raftpace /usr/bin/python3 clients/python/bench.py [--n 5000] [--procs 4] [--secs 5]
+        [--postgres URL] [--redis HOST:PORT] [--json]
 
-Needs Debian's python3-psycopg2 and python3-redis, redis-server, and a
-PostgreSQL at RAFTPACE_TEST_POSTGRES (default
-postgres://postgres@127.0.0.1:5432/postgres). The agent runs with the
-flags of tests/test_agent.py (one node, --raft-timing fast).
+Needs Debian's python3-psycopg2 and python3-redis, a PostgreSQL at --postgres
+(default RAFTPACE_TEST_POSTGRES, else
+postgres://postgres@127.0.0.1:5432/postgres), and a Redis server at --redis
+or else redis-server to start one. The agent runs with the flags of
+tests/test_agent.py (one node, --raft-timing fast).
+
+--json prints one JSON document of the figures on stdout and the table on
+stderr: raftpace bench (its "python" approach, bench/python.go) runs this
+script that way and parses the document (bench/report/python.go).
 """
 
 import argparse
@@ -150,6 +156,14 @@ def start_redis(tmp):
             time.sleep(0.1)
 
 
+def connect_redis(addr):
+    import redis
+    host, _, port = addr.rpartition(":")
+    r = redis.Redis(host=host.strip("[]") or "127.0.0.1", port=int(port))
+    r.ping()
+    return r
+
+
 def measure(fn, n, warm=200):
     for _ in range(warm):
         fn()
@@ -244,17 +258,31 @@ def main():
     ap.add_argument("--secs", type=float, default=5.0, help="seconds of the throughput measurement")
     ap.add_argument("--binary", default=os.environ.get("RAFTPACE_BINARY", ""))
     ap.add_argument("--perf", default="", help="perf record the agent during the client throughput run into this file")
+    ap.add_argument("--postgres", default=os.environ.get("RAFTPACE_TEST_POSTGRES") or
+                    "postgres://postgres@127.0.0.1:5432/postgres", help="PostgreSQL URL of the Postgres pacer's table")
+    ap.add_argument("--redis", default="", help="HOST:PORT of a Redis server to use (default: start a redis-server)")
+    ap.add_argument("--json", action="store_true", help="print one JSON document of the figures; the table goes to stderr")
     args = ap.parse_args()
     if not args.binary:
         raise SystemExit("set RAFTPACE_BINARY (or --binary) to a raftpace binary")
     import psycopg2
-    pg_url = os.environ.get("RAFTPACE_TEST_POSTGRES") or "postgres://postgres@127.0.0.1:5432/postgres"
+    pg_url = args.postgres
+    out = sys.stderr if args.json else sys.stdout
+    doc = {"python": sys.version.split()[0], "cpus": os.cpu_count(),
+           "loadavg": [float(x) for x in open("/proc/loadavg").read().split()[:3]],
+           "n": args.n, "latency": [], "throughput": [], "target_per_s": 20000}
+
+    def p(*a):
+        print(*a, file=out)
 
     tmp = tempfile.mkdtemp(prefix="rp-py-bench-")
     agent = redis_proc = None
     try:
         agent, sock = start_agent(args.binary, tmp)
-        redis_proc, r = start_redis(tmp)
+        if args.redis:
+            r = connect_redis(args.redis)
+        else:
+            redis_proc, r = start_redis(tmp)
         rows = []
 
         c = raftpace.Client(socket=sock, timeout=10)
@@ -278,44 +306,53 @@ def main():
         rows.append(("redis: GCRA EVALSHA", measure(lambda: r.evalsha(sha, 1, rkey, T_US, TAU_US, MAX_WAIT * 1e6),
                                                     args.n)))
 
+        for rid, (name, m) in zip(("socket", "postgres", "redis"), rows):
+            doc["latency"].append({"id": rid, "label": name, "p50_s": m["p50"], "p99_s": m["p99"], "ops_per_s": m["ops"]})
         base = rows[1][1]
-        print("one Python process, %d reservations each (%s, load average %s)"
+        p("one Python process, %d reservations each (%s, load average %s)"
               % (args.n, sys.version.split()[0], " ".join(open("/proc/loadavg").read().split()[:3])))
-        print("%-30s %9s %9s %10s %13s" % ("path", "p50 us", "p99 us", "ops/s", "p50 vs pg"))
+        p("%-30s %9s %9s %10s %13s" % ("path", "p50 us", "p99 us", "ops/s", "p50 vs pg"))
         for name, m in rows:
-            print("%-30s %9.0f %9.0f %10.0f %12.2fx" % (name, m["p50"] * 1e6, m["p99"] * 1e6, m["ops"],
+            p("%-30s %9.0f %9.0f %10.0f %12.2fx" % (name, m["p50"] * 1e6, m["p99"] * 1e6, m["ops"],
                                                       m["p50"] / base["p50"]))
         sp = rows[0][1]["p50"] / base["p50"]
-        print("target: socket p50 <= 0.5x the Postgres statement's: %s (%.2fx)" % ("met" if sp <= 0.5 else "NOT met", sp))
+        p("target: socket p50 <= 0.5x the Postgres statement's: %s (%.2fx)" % ("met" if sp <= 0.5 else "NOT met", sp))
 
         rate, agent_cpu, py_cpu = throughput(agent, sock, args.procs, args.secs, perf_out=args.perf)
-        print()
-        print("agent throughput: %d processes x %.0fs of reserve(max_wait=%g): %.0f reservations/s" %
+        doc["throughput"].append({"id": "client", "label": "raftpace.Client", "procs": args.procs, "secs": args.secs,
+                                  "per_s": rate, "agent_cpu_s": agent_cpu, "client_cpu_s": py_cpu})
+        p()
+        p("agent throughput: %d processes x %.0fs of reserve(max_wait=%g): %.0f reservations/s" %
               (args.procs, args.secs, MAX_WAIT, rate, ))
-        print("  CPU over the run: agent %.2fs (%.0f%% of a core), Python clients %.2fs (%.0f%%), %d cores;"
+        p("  CPU over the run: agent %.2fs (%.0f%% of a core), Python clients %.2fs (%.0f%%), %d cores;"
               % (agent_cpu, 100 * agent_cpu / args.secs, py_cpu, 100 * py_cpu / args.secs, os.cpu_count()))
         n = rate * args.secs
         if n:
-            print("  per reservation: agent %.0f us CPU, Python client %.0f us CPU" % (agent_cpu / n * 1e6, py_cpu / n * 1e6))
-        print("target: >= 20000/s on 2 cores: %s" % ("met" if rate >= 20000 else "NOT met"))
+            p("  per reservation: agent %.0f us CPU, Python client %.0f us CPU" % (agent_cpu / n * 1e6, py_cpu / n * 1e6))
+        p("target: >= 20000/s on 2 cores: %s" % ("met" if rate >= 20000 else "NOT met"))
 
         rate, agent_cpu, py_cpu = throughput(agent, sock, args.procs, args.secs, target=hammer_raw)
-        print()
-        print("agent ceiling, minimal raw-socket clients (no raftpace.Client): %d processes x %.0fs: %.0f reservations/s"
+        doc["throughput"].append({"id": "raw", "label": "raw socket", "procs": args.procs, "secs": args.secs,
+                                  "per_s": rate, "agent_cpu_s": agent_cpu, "client_cpu_s": py_cpu})
+        p()
+        p("agent ceiling, minimal raw-socket clients (no raftpace.Client): %d processes x %.0fs: %.0f reservations/s"
               % (args.procs, args.secs, rate))
-        print("  CPU over the run: agent %.2fs (%.0f%% of a core), raw clients %.2fs (%.0f%%)"
+        p("  CPU over the run: agent %.2fs (%.0f%% of a core), raw clients %.2fs (%.0f%%)"
               % (agent_cpu, 100 * agent_cpu / args.secs, py_cpu, 100 * py_cpu / args.secs))
         n = rate * args.secs
         if n:
-            print("  per reservation: agent %.0f us CPU, raw client %.0f us CPU" % (agent_cpu / n * 1e6, py_cpu / n * 1e6))
+            p("  per reservation: agent %.0f us CPU, raw client %.0f us CPU" % (agent_cpu / n * 1e6, py_cpu / n * 1e6))
+        if args.json:
+            json.dump(doc, sys.stdout, indent=1)
+            print()
     finally:
-        for p in (redis_proc, agent):
-            if p is not None and p.poll() is None:
-                p.terminate()
+        for proc in (redis_proc, agent):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
                 try:
-                    p.wait(10)
+                    proc.wait(10)
                 except subprocess.TimeoutExpired:
-                    p.kill()
+                    proc.kill()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -33,6 +33,11 @@ raftpace's:
                 bench/gubernator with the go command)
   loopback      not a pacer: one bare TCP round trip per reservation, the
                 floor of any design that asks another process
+  python        /usr/bin/python3 clients/python/bench.py: from one Python
+                process, the agent's unix socket (the Python client) vs the
+                Postgres statement (psycopg2) and the Redis script
+                (redis-py), and the agent's throughput to 4 Python
+                processes (target >= 20,000/s on 2 cores)
 
 For each: reservation latency p50/p99 with 1 and 16 callers and
 reservations/s at an unlimited rate; then ceilings of 7, 1,000 and 100,000
@@ -41,7 +46,8 @@ admitted rate as % of the ceiling and the worst window against R*W+B+R*50ms.
 With raftpace also "many slow keys": 10, 100 and 1,000 keys at 2/s each
 (burst 1) with one closed-loop worker per key on each of 3 agents, the
 admitted % overall and of the worst key, and windows over the bound.
-An approach whose server does not answer is skipped with the reason.
+An approach whose server (or, for python, python3, psycopg2 or redis-py)
+is missing is skipped with the reason.
 
 Progress goes to stderr. --out DIR gets report.md, report.json and
 chart.svg (admitted rate over time per approach and ceiling). --quick
@@ -57,6 +63,7 @@ func (c *cli) bench(name string, args []string) error {
 	redis := f.String("redis", bench.DefaultRedisAddr, "`HOST:PORT` of the Redis server for the Redis GCRA script")
 	only := f.String("only", "", "run only these approaches: `LIST` of "+strings.Join(bench.Approaches, ","))
 	gub := f.String("gubernator-src", "", "`DIR` of the bench/gubernator module (default: found from the working directory)")
+	pyBench := f.String("python-bench", "", "`FILE` clients/python/bench.py for --only python (default: found from the working directory)")
 	ceilings := f.String("ceilings", "", "measure these ceilings, `LIST` of events/s (default 7,1000,100000; --quick: 1000)")
 	keep := f.Bool("keep", false, "keep the working directory (agents' logs, timelines, load reports)")
 	pos, err := c.parse(f, args)
@@ -102,6 +109,7 @@ func (c *cli) bench(name string, args []string) error {
 		PostgresURL:   pgURL,
 		RedisAddr:     *redis,
 		GubernatorDir: *gub,
+		PythonBench:   *pyBench,
 		Ceilings:      rates,
 		Keep:          *keep,
 		Progress:      c.stderr,

@@ -117,7 +117,7 @@ func TestBench_Flags(t *testing.T) {
 		t.Errorf("exit %d stderr %s", r.code, r.stderr)
 	}
 	r = mustRun(t, 0, "bench", "-h")
-	for _, want := range []string{"--quick", "--json", "--out DIR", "--postgres URL", "--redis HOST:PORT", "--only LIST"} {
+	for _, want := range []string{"--quick", "--json", "--out DIR", "--postgres URL", "--redis HOST:PORT", "--only LIST", "--python-bench FILE", "python "} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("bench -h lacks %q", want)
 		}
