@@ -466,18 +466,7 @@ class ForkTest < AgentCase
     @agent.set_limit("k", 1000, 10)
     @client.reserve("k")
     parent_conn = @agent.requests.last.conn_id
-    pid = Process.fork do
-      code = 1
-      begin
-        @client.reserve("k")
-        code = @client.instance_variable_get(:@pool).idle_count == 1 ? 0 : 2
-      rescue Exception # rubocop:disable Lint/RescueException
-        code = 3
-      ensure
-        exit!(code)
-      end
-    end
-    _, status = Process.wait2(pid)
+    pid, status = reserve_in_child(@client, "k")
     assert_equal 0, status.exitstatus
     child = @agent.requests.last
     refute_equal parent_conn, child.conn_id

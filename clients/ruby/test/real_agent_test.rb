@@ -116,6 +116,7 @@ end
 Minitest.after_run { RealAgent.stop }
 
 class RealAgentTest < Minitest::Test
+  include ForkCheck
   def setup
     skip "RAFTPACE_BINARY is unset: set it to a raftpace binary to test against the real agent" if RealAgent::BINARY.empty?
     RealAgent.start!
@@ -228,18 +229,7 @@ class RealAgentTest < Minitest::Test
   def test_fork
     set_limit("rb-fork", 1000, 10)
     @client.reserve("rb-fork")
-    pid = Process.fork do
-      code = 1
-      begin
-        @client.reserve("rb-fork")
-        code = @client.instance_variable_get(:@pool).idle_count == 1 ? 0 : 2
-      rescue Exception # rubocop:disable Lint/RescueException
-        code = 3
-      ensure
-        exit!(code)
-      end
-    end
-    _, status = Process.wait2(pid)
+    _, status = reserve_in_child(@client, "rb-fork")
     assert_equal 0, status.exitstatus
     @client.reserve("rb-fork")
   end

@@ -5,7 +5,28 @@ require "raftpace"
 require_relative "fake_agent"
 
 # A test against a fresh fake agent and a client of it.
+# ForkCheck reserves once in a forked child through a client the parent
+# already used; the child exits 0 when that left it exactly one idle
+# connection of its own (2 otherwise, 3 on an exception).
+module ForkCheck
+  def reserve_in_child(client, key)
+    pid = Process.fork do
+      code = 1
+      begin
+        client.reserve(key)
+        code = client.instance_variable_get(:@pool).idle_count == 1 ? 0 : 2
+      rescue Exception # rubocop:disable Lint/RescueException
+        code = 3
+      ensure
+        exit!(code)
+      end
+    end
+    [pid, Process.wait2(pid)[1]]
+  end
+end
+
 class AgentCase < Minitest::Test
+  include ForkCheck
   def tcp?
     false
   end
