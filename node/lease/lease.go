@@ -8,8 +8,13 @@
 //
 // Slots are served in time order. A slot must be used by its UseBy (the
 // slot's time measured from when the lease was requested, plus UseGrace);
-// a slot whose UseBy has passed is skipped, never saved for later (unless
-// the node's unsafe test option SpendExpired says otherwise). A lease whose
+// a slot whose UseBy has passed, or is less than UseGrace/4 away, is
+// skipped, never saved for later (unless the node's unsafe test option
+// SpendExpired says otherwise). The margin is for the caller: a slot
+// served a microsecond before its use-by could only be forfeited by a
+// caller that must still receive the answer (the agent's data plane), and
+// when a queue lags behind real time (callers slower than the slots)
+// every slot taken would be one at that edge. A lease whose
 // every slot's use-by passed in transit is dropped and asked for again. A
 // reservation consumes nothing when its slot is further away than the
 // caller's maximum wait.
@@ -159,14 +164,16 @@ const (
 	empty
 )
 
-// take serves the next usable slot, skipping expired ones. It consumes
-// nothing when the slot is further away than maxWait.
+// take serves the next usable slot, skipping expired ones and those with
+// less than grace/4 of their use-by left. It consumes nothing when the slot
+// is further away than maxWait.
 func (kl *keyLease) take(now, grace, maxWait int64, spendExpired bool) (at, useBy int64, r takeResult) {
+	margin := grace / 4
 	for kl.queued > 0 {
 		h := &kl.q[0]
-		// The first slot i >= next with sent + slot(i) + grace >= now.
+		// The first slot i >= next with sent + slot(i) + grace >= now + margin.
 		i := h.next
-		if m := now - grace - h.sent; m > 0 && h.Slot(i) < m && !spendExpired {
+		if m := now + margin - grace - h.sent; m > 0 && h.Slot(i) < m && !spendExpired {
 			j := int((m - h.Base + h.Spacing - 1) / h.Spacing)
 			if j > h.Count {
 				j = h.Count

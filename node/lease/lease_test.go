@@ -22,14 +22,15 @@ func TestKeyLease_TakeSkipsExpiredNeverSaves(t *testing.T) {
 	if r != taken || at != 1001*ms || useBy != 1050*ms {
 		t.Fatalf("first take: at=%d useBy=%d r=%v", at/ms, useBy/ms, r)
 	}
-	// Paused until 1125ms: slots at +10..+70 (use-by up to 1120) are gone;
-	// the next usable is the one at +80 (use-by 1130).
-	at, _, r = kl.take(1125*ms, grace, int64(time.Hour), false)
-	if r != taken || at != 1081*ms {
-		t.Fatalf("after pause: got slot at %dms (%v), want 1081ms", at/ms, r)
+	// Paused until 1125ms: slots at +10..+70 (use-by up to 1120) are gone,
+	// and the one at +80 (use-by 1130) has 5ms left, under the margin of
+	// grace/4 (12.5ms); the next usable is the one at +90 (use-by 1140).
+	at, useBy, r = kl.take(1125*ms, grace, int64(time.Hour), false)
+	if r != taken || at != 1091*ms || useBy != 1140*ms {
+		t.Fatalf("after pause: got slot at %dms use-by %dms (%v), want 1091ms, 1140ms", at/ms, useBy/ms, r)
 	}
-	if kl.q[0].expired != 7 {
-		t.Errorf("expired %d, want 7", kl.q[0].expired)
+	if kl.q[0].expired != 8 {
+		t.Errorf("expired %d, want 8", kl.q[0].expired)
 	}
 	// With the protection off, the stale slot at +20 would have been served.
 	unsafe := &keyLease{want: 1}
@@ -101,5 +102,31 @@ func BenchmarkLeaseTake(b *testing.B) {
 			kl.install(wire.Lease{Base: 0, Spacing: 1, Count: 1 << 20}, int64(i), int64(i))
 		}
 		kl.take(int64(i), 5e7, 1<<40, false)
+	}
+}
+
+// At a rate far above what the callers use (1 slot per µs, one caller
+// every 66µs), the queue lags behind real time: once the lag passes the
+// grace, every slot the edge reaches would have microseconds of its use-by
+// left. Every slot served keeps at least grace/4.
+func TestKeyLease_LaggingQueueKeepsAMargin(t *testing.T) {
+	const us = int64(time.Microsecond)
+	grace := 50 * int64(time.Millisecond)
+	kl := &keyLease{want: 1}
+	kl.q[0] = held(wire.Lease{Base: 0, Spacing: us, Count: 1 << 20}, 0, 0)
+	kl.queued = 1
+	served := 0
+	for now := int64(0); now < int64(time.Second); now += 66 * us {
+		_, useBy, r := kl.take(now, grace, int64(time.Hour), false)
+		if r != taken {
+			t.Fatalf("at %v: %v, want a slot", time.Duration(now), r)
+		}
+		if left := useBy - now; left < grace/4 {
+			t.Fatalf("at %v: served a slot with %v of its use-by left, want at least %v", time.Duration(now), time.Duration(left), time.Duration(grace/4))
+		}
+		served++
+	}
+	if served < 15000 {
+		t.Errorf("served %d slots in 1 s, want one per call", served)
 	}
 }
