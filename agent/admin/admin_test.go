@@ -32,7 +32,6 @@ type fakeNode struct {
 	err      error
 	lastCtx  context.Context
 	leaveErr error
-	pauses   map[string]time.Duration
 	caps     map[string]int
 }
 

@@ -22,9 +22,6 @@
 //	GET  /v1/limits/KEY    {"key":"KEY","rate":R,"burst":B}
 //	PUT  /v1/limits/KEY    body {"rate":R,"burst":B}; burst defaults to 1.
 //	                       Answers like GET once the limit is committed.
-//	POST /v1/pauses/KEY    body {"for":"15s"}: pause KEY fleet-wide (a longer
-//	                       pause in force stays); answers {"key":"KEY",
-//	                       "remaining":"15s","remaining_ns":N}
 //	GET  /v1/caps          {"caps":{"KEY":N,...}}
 //	PUT  /v1/caps/KEY      body {"max":N}: KEY's fleet-wide concurrency cap
 //	DELETE /v1/caps/KEY    removes the cap
@@ -33,6 +30,11 @@
 //	POST /v1/leave         the node leaves the cluster (raft and gossip)
 //	                       and closes, then the answer {"status":"left"};
 //	                       on an error the node has not left and still runs
+//
+// The data plane's routes (reserve, wait, forfeit, pauses, slots:
+// docs/dataplane.md) are package agent/dataplane's; the agent serves them
+// beside these on --http, under the same token. Client.Pause calls its
+// POST /v1/pauses/KEY.
 //
 // KEY is one path segment, percent-escaped (url.PathEscape): a key may hold
 // '/', '?', '%' or non-ASCII characters. The server does not clean the path,

@@ -10,22 +10,21 @@ import (
 	"github.com/raftpace/raftpace/fsm"
 )
 
-// Routes of the refusal gate and the concurrency caps.
+// Routes of the refusal gate and the concurrency caps. POST
+// /v1/pauses/KEY is the data plane's (package agent/dataplane serves it on
+// --http and on the socket); Client.Pause calls it.
 const (
 	pausesPrefix = "/v1/pauses/"
 	capsPrefix   = "/v1/caps/"
 )
 
-// PauseRequest is the body of POST /v1/pauses/KEY: a Go duration ("15s").
-type PauseRequest struct {
+// pauseRequest and pauseAnswer are what Client.Pause sends to, and reads
+// from, the data plane's POST /v1/pauses/KEY (docs/dataplane.md).
+type pauseRequest struct {
 	For string `json:"for"`
 }
 
-// PauseResponse answers POST /v1/pauses/KEY: the pause in force after the
-// request (a longer one already in force stays).
-type PauseResponse struct {
-	Key         string        `json:"key"`
-	Remaining   string        `json:"remaining"`
+type pauseAnswer struct {
 	RemainingNS time.Duration `json:"remaining_ns"`
 }
 
@@ -45,24 +44,17 @@ type CapsResponse struct {
 	Caps map[string]int `json:"caps"`
 }
 
-// gateNode is what the gate routes need; *node.Node implements it.
+// gateNode is what the caps routes need; *node.Node implements it.
 type gateNode interface {
-	Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error)
 	SetCap(ctx context.Context, key string, max int) error
 	DeleteCap(ctx context.Context, key string) error
 	Caps(ctx context.Context) (map[string]int, error)
 }
 
-// serveGate routes /v1/pauses/KEY and /v1/caps[/KEY]; false if the path
-// is not one of them.
+// serveGate routes /v1/caps[/KEY]; false if the path is not one of them.
 func (h *handler) serveGate(w http.ResponseWriter, r *http.Request) bool {
 	path := r.URL.Path
 	switch {
-	case strings.HasPrefix(path, pausesPrefix):
-		key := strings.TrimPrefix(path, pausesPrefix)
-		if allow(w, r, http.MethodPost) && validKey(w, key) {
-			h.pause(w, r, key)
-		}
 	case path == "/v1/caps":
 		if allow(w, r, http.MethodGet) {
 			ctx, cancel := requestContext(r)
@@ -104,33 +96,6 @@ func validKey(w http.ResponseWriter, key string) bool {
 	return true
 }
 
-func (h *handler) pause(w http.ResponseWriter, r *http.Request, key string) {
-	var req PauseRequest
-	if !readJSON(w, r, &req) {
-		return
-	}
-	d, err := time.ParseDuration(req.For)
-	if err != nil || d <= 0 || d > fsm.MaxPause {
-		writeError(w, http.StatusBadRequest, `field "for" must be a duration in (0, `+fsm.MaxPause.String()+`], like "15s"; got `+quote(req.For))
-		return
-	}
-	ctx, cancel := requestContext(r)
-	defer cancel()
-	rem, err := h.n.Pause(ctx, key, d)
-	if err != nil {
-		writeNodeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, PauseResponse{Key: key, Remaining: rem.Round(time.Millisecond).String(), RemainingNS: rem})
-}
-
-func quote(s string) string {
-	if len(s) > 64 {
-		s = s[:64] + "..."
-	}
-	return `"` + s + `"`
-}
-
 func (h *handler) setCap(w http.ResponseWriter, r *http.Request, key string) {
 	var req CapRequest
 	if !readJSON(w, r, &req) {
@@ -150,13 +115,14 @@ func (h *handler) setCap(w http.ResponseWriter, r *http.Request, key string) {
 }
 
 // Pause records a fleet-wide pause of key for d and returns the pause in
-// force after it.
+// force after it, through the data plane's route (an agent serves it on
+// --http beside this API).
 func (c *Client) Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error) {
 	if err := fsm.ValidateKey(key); err != nil {
 		return 0, &Error{StatusCode: http.StatusBadRequest, Message: oneLine(err)}
 	}
-	var pr PauseResponse
-	err := c.do(ctx, http.MethodPost, pausesPrefix+url.PathEscape(key), PauseRequest{For: d.String()}, &pr, http.StatusOK)
+	var pr pauseAnswer
+	err := c.do(ctx, http.MethodPost, pausesPrefix+url.PathEscape(key), pauseRequest{For: d.String()}, &pr, http.StatusOK)
 	return pr.RemainingNS, err
 }
 

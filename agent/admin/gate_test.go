@@ -6,24 +6,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/agent/admin"
 )
-
-func (f *fakeNode) Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error) {
-	if err := f.record(ctx); err != nil {
-		return 0, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.pauses == nil {
-		f.pauses = map[string]time.Duration{}
-	}
-	f.pauses[key] = max(f.pauses[key], d)
-	return f.pauses[key], nil
-}
 
 func (f *fakeNode) SetCap(ctx context.Context, key string, max int) error {
 	if err := f.record(ctx); err != nil {
@@ -69,13 +55,6 @@ func TestHandler_GateRoutes(t *testing.T) {
 		code               int
 		want               string
 	}{
-		{"POST", "/v1/pauses/acme", `{"for":"15s"}`, 200, `"remaining":"15s"`},
-		{"POST", "/v1/pauses/acme", `{"for":"5s"}`, 200, `"remaining":"15s"`}, // the longer stays
-		{"POST", "/v1/pauses/acme", `{"for":"soon"}`, 400, `must be a duration`},
-		{"POST", "/v1/pauses/acme", `{"for":"-1s"}`, 400, `must be a duration`},
-		{"POST", "/v1/pauses/acme", `{"for":"48h"}`, 400, `must be a duration`},
-		{"POST", "/v1/pauses/acme", `{"for":"1s","x":1}`, 400, `unknown field`},
-		{"GET", "/v1/pauses/acme", ``, 405, `method`},
 		{"PUT", "/v1/caps/llm", `{"max":5}`, 200, `"max":5`},
 		{"PUT", "/v1/caps/llm", `{"max":0}`, 400, `must be 1..1000000`},
 		{"PUT", "/v1/caps/llm", `{}`, 400, `must be 1..1000000`},
@@ -90,8 +69,9 @@ func TestHandler_GateRoutes(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	if rem, err := cl.Pause(ctx, "acme", time.Second); err != nil || rem != 15*time.Second {
-		t.Errorf("client Pause = %v, %v", rem, err)
+	// POST /v1/pauses/KEY is the data plane's (agent/dataplane), not this API's.
+	if code, body := call(t, srv, "POST", "/v1/pauses/acme", `{"for":"15s"}`); code != http.StatusNotFound {
+		t.Errorf("POST /v1/pauses/acme on the admin API: %d %s, want 404", code, body)
 	}
 	if err := cl.SetCap(ctx, "llm", 7); err != nil {
 		t.Fatal(err)
@@ -103,7 +83,7 @@ func TestHandler_GateRoutes(t *testing.T) {
 	f.err = raftpace.ErrNoLeader
 	f.mu.Unlock()
 	var ae *admin.Error
-	if _, err := cl.Pause(ctx, "acme", time.Second); !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable {
-		t.Errorf("pause without a leader: %v, want a 503", err)
+	if err := cl.SetCap(ctx, "llm", 3); !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("set a cap without a leader: %v, want a 503", err)
 	}
 }
