@@ -38,6 +38,13 @@ const (
 // PostgresURL returns RAFTPACE_BENCH_POSTGRES if set, else DefaultPostgresURL.
 func PostgresURL() string { return baseline.PostgresURL() }
 
+// Statements are the baselines' server-side texts (baseline.Statements).
+type Statements = baseline.Statements
+
+// ServerStatements returns the Postgres and Redis pacers' texts
+// (baseline.ServerStatements).
+func ServerStatements() baseline.Statements { return baseline.ServerStatements() }
+
 // NewXRate returns an x/time/rate pacer (baseline.NewXRate).
 func NewXRate(lim client.Limit, grace time.Duration) (*baseline.XRate, error) {
 	return baseline.NewXRate(lim, grace)

@@ -45,3 +45,24 @@ func one(key string, n int) error {
 	}
 	return nil
 }
+
+// Statements are the baseline pacers' server-side texts, for a bench in
+// another language (clients/python/bench.py asks `raftpace bench
+// --print-baselines` for them, so both run the same statements).
+type Statements struct {
+	// PostgresCreate creates PostgresTable; PostgresReserve is the Postgres
+	// pacer's one statement per reservation: $1 key, $2 emission interval T,
+	// $3 burst tolerance tau, $4 maximum wait, all in microseconds; it
+	// returns the wait in seconds, or no row when shed.
+	PostgresTable   string `json:"postgres_table"`
+	PostgresCreate  string `json:"postgres_create"`
+	PostgresReserve string `json:"postgres_reserve"`
+	// RedisGCRA is the Redis pacer's Lua script: KEYS[1] the key's TAT,
+	// ARGV T, tau, maximum wait in microseconds; it returns {granted, wait}.
+	RedisGCRA string `json:"redis_gcra"`
+}
+
+// ServerStatements returns the texts the Postgres and Redis pacers run.
+func ServerStatements() Statements {
+	return Statements{PostgresTable: PostgresTable, PostgresCreate: pgCreate, PostgresReserve: pgReserve, RedisGCRA: redisGCRA}
+}

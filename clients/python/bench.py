@@ -18,8 +18,9 @@ client's cost from the agent's.
 Needs Debian's python3-psycopg2 and python3-redis, a PostgreSQL at --postgres
 (default RAFTPACE_TEST_POSTGRES, else
 postgres://postgres@127.0.0.1:5432/postgres), and a Redis server at --redis
-or else redis-server to start one. The agent runs with the flags of
-tests/test_agent.py (one node, --raft-timing fast).
+or else redis-server to start one. The agent is raftpace.testing's (one
+node, --raft-timing fast); the Postgres statement and the Redis script are
+the Go bench's, from ``raftpace bench --print-baselines``.
 
 --json prints one JSON document of the figures on stdout and the table on
 stderr: raftpace bench (its "python" approach, bench/python.go) runs this
@@ -30,6 +31,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -40,47 +42,29 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import raftpace  # noqa: E402
+from raftpace.testing import Agent  # noqa: E402
 
 KEY = "bench-py"
 RATE, BURST = 1000000.0, 1000  # far above what is asked: nothing waits
 
-# bench/baseline/postgres.go: pgCreate, pgReserve ($1 key, $2 T, $3 tau, $4 max wait; microseconds)
-PG_TABLE = "raftpace_bench_pacer"
-PG_CREATE = """CREATE TABLE IF NOT EXISTS %s (
-	key     text PRIMARY KEY,
-	next_at timestamptz NOT NULL
-)""" % PG_TABLE
-PG_RESERVE = """WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
-INSERT INTO %s AS p (key, next_at)
-SELECT %%(key)s::text, c.now + %%(t)s::float8 * interval '1 microsecond' FROM c
-ON CONFLICT (key) DO UPDATE
-	SET next_at = GREATEST(p.next_at, (SELECT now FROM c)) + %%(t)s::float8 * interval '1 microsecond'
-	WHERE p.next_at - %%(tau)s::float8 * interval '1 microsecond' - (SELECT now FROM c) <= %%(maxwait)s::float8 * interval '1 microsecond'
-RETURNING GREATEST(0, extract(epoch FROM p.next_at - (%%(t)s::float8 + %%(tau)s::float8) * interval '1 microsecond' - (SELECT now FROM c)))::float8""" % PG_TABLE
-
-# bench/baseline/redis.go: redisGCRA (KEYS[1] the TAT; ARGV T, tau, max wait in microseconds)
-REDIS_GCRA = """local t = redis.call("TIME")
-local now = (tonumber(t[1]) - 1483228800) * 1000000 + tonumber(t[2])
-local T = tonumber(ARGV[1])
-local tau = tonumber(ARGV[2])
-local maxwait = tonumber(ARGV[3])
-local tat = now
-local v = redis.call("GET", KEYS[1])
-if v then
-  tat = math.max(tonumber(v), now)
-end
-local wait = math.max(tat - tau - now, 0)
-if wait > maxwait then
-  return {0, string.format("%.3f", wait)}
-end
-local new_tat = tat + T
-redis.call("SET", KEYS[1], string.format("%.3f", new_tat), "PX", math.ceil((new_tat - now) / 1000) + 1000)
-return {1, string.format("%.3f", wait)}
-"""
-
 T_US = 1e6 / RATE
 TAU_US = (BURST - 1) * T_US
 MAX_WAIT = 1.0
+
+
+def server_statements(binary):
+    """The Postgres statement and the Redis script the Go bench's baselines
+    run (bench/baseline), from ``raftpace bench --print-baselines``: one
+    text for both benches. The statement's $1..$4 (key, T, tau, max wait in
+    microseconds) become psycopg2's named parameters."""
+    r = subprocess.run([binary, "bench", "--print-baselines"], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise SystemExit("%s bench --print-baselines: exit %d: %s" % (binary, r.returncode, r.stderr.strip()))
+    st = json.loads(r.stdout)
+    names = {"1": "key", "2": "t", "3": "tau", "4": "maxwait"}
+    st["postgres_reserve"] = re.sub(r"\$([1-4])", lambda m: "%%(%s)s" % names[m.group(1)],
+                                    st["postgres_reserve"].replace("%", "%%"))
+    return st
 
 
 def free_port():
@@ -95,45 +79,6 @@ def cpu_seconds(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def start_agent(binary, tmp):
-    sock = os.path.join(tmp, "a.sock")
-    ready = os.path.join(tmp, "ready.json")
-    log = open(os.path.join(tmp, "agent.log"), "wb")
-    p = subprocess.Popen([binary, "agent", "--node-id", "a", "--bootstrap-expect", "1",
-                          "--data-dir", os.path.join(tmp, "data"), "--socket", sock,
-                          "--http", "127.0.0.1:0", "--bind", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0",
-                          "--raft-timing", "fast", "--ready-file", ready, "--leave-on-terminate=false"],
-                         stdout=log, stderr=subprocess.STDOUT)
-    end = time.monotonic() + 30
-    while time.monotonic() < end:
-        if p.poll() is not None:
-            raise SystemExit("the agent exited with %s (log in %s)" % (p.returncode, tmp))
-        if os.path.exists(ready) and os.path.exists(sock):
-            try:
-                with open(ready) as f:
-                    doc = json.load(f)
-            except ValueError:
-                doc = None
-            if doc and doc.get("http_addr"):
-                r = subprocess.run([binary, "limit", "set", KEY, "--rate", "%g" % RATE, "--burst", str(BURST),
-                                    "--addr", doc["http_addr"]], capture_output=True, text=True, timeout=30)
-                if r.returncode != 0:
-                    raise SystemExit("limit set: %s%s" % (r.stdout, r.stderr))
-                c = raftpace.Client(socket=sock, timeout=10)
-                while True:
-                    try:
-                        c.get_limit(KEY)
-                        break
-                    except raftpace.UnknownKey:
-                        if time.monotonic() > end:
-                            raise
-                        time.sleep(0.1)
-                c.close()
-                return p, sock
-        time.sleep(0.1)
-    raise SystemExit("the agent was not ready in 30 s")
 
 
 def start_redis(tmp):
@@ -278,7 +223,10 @@ def main():
     tmp = tempfile.mkdtemp(prefix="rp-py-bench-")
     agent = redis_proc = None
     try:
-        agent, sock = start_agent(args.binary, tmp)
+        statements = server_statements(args.binary)
+        agent = Agent(args.binary, tmp=os.path.join(tmp, "agent")).start()
+        agent.set_limit(KEY, RATE, BURST)
+        sock = agent.socket
         if args.redis:
             r = connect_redis(args.redis)
         else:
@@ -291,17 +239,17 @@ def main():
         pg = psycopg2.connect(pg_url)
         pg.autocommit = True
         cur = pg.cursor()
-        cur.execute(PG_CREATE)
+        cur.execute(statements["postgres_create"])
         params = {"key": KEY, "t": T_US, "tau": TAU_US, "maxwait": MAX_WAIT * 1e6}
 
         def pg_reserve():
-            cur.execute(PG_RESERVE, params)
+            cur.execute(statements["postgres_reserve"], params)
             cur.fetchone()
         rows.append(("postgres: upsert-and-return", measure(pg_reserve, args.n)))
-        cur.execute("DELETE FROM %s WHERE key = %%s" % PG_TABLE, (KEY,))
+        cur.execute("DELETE FROM %s WHERE key = %%s" % statements["postgres_table"], (KEY,))
         pg.close()
 
-        sha = r.script_load(REDIS_GCRA)
+        sha = r.script_load(statements["redis_gcra"])
         rkey = "raftpace-bench:" + KEY
         rows.append(("redis: GCRA EVALSHA", measure(lambda: r.evalsha(sha, 1, rkey, T_US, TAU_US, MAX_WAIT * 1e6),
                                                     args.n)))
@@ -346,7 +294,9 @@ def main():
             json.dump(doc, sys.stdout, indent=1)
             print()
     finally:
-        for proc in (redis_proc, agent):
+        if agent is not None:
+            agent.stop()
+        for proc in (redis_proc,):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
                 try:

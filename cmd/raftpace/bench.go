@@ -66,12 +66,16 @@ func (c *cli) bench(name string, args []string) error {
 	pyBench := f.String("python-bench", "", "`FILE` clients/python/bench.py for --only python (default: found from the working directory)")
 	ceilings := f.String("ceilings", "", "measure these ceilings, `LIST` of events/s (default 7,1000,100000; --quick: 1000)")
 	keep := f.Bool("keep", false, "keep the working directory (agents' logs, timelines, load reports)")
+	printBaselines := f.Bool("print-baselines", false, "print the Postgres statement and the Redis script the baselines run, as JSON, and exit\n(clients/python/bench.py runs the same ones)")
 	pos, err := c.parse(f, args)
 	if err != nil {
 		return err
 	}
 	if err := f.noArgs(pos); err != nil {
 		return err
+	}
+	if *printBaselines {
+		return render.JSON(c.stdout, bench.ServerStatements())
 	}
 	var names []string
 	for _, n := range strings.Split(*only, ",") {

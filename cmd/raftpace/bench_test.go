@@ -128,6 +128,20 @@ func TestBench_Flags(t *testing.T) {
 	}
 }
 
+// --print-baselines prints the texts clients/python/bench.py runs: the
+// Go baselines' own.
+func TestBench_PrintBaselines(t *testing.T) {
+	t.Parallel()
+	r := mustRun(t, 0, "bench", "--print-baselines")
+	var got bench.Statements
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, r.stdout)
+	}
+	if got != bench.ServerStatements() || !strings.Contains(got.PostgresReserve, "ON CONFLICT") || !strings.Contains(got.RedisGCRA, `redis.call("TIME")`) {
+		t.Errorf("printed %+v", got)
+	}
+}
+
 func TestAgent_LoadFlagErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -132,6 +132,7 @@ class CeleryRealWorkerTest(unittest.TestCase):
         cls.procs = []
         cls.tmp = tempfile.mkdtemp(prefix="rp-py-celery-")
         cls.httpd = None
+        cls.agent = None
         try:
             cls._start_redis()
             cls._start_agent()
@@ -184,48 +185,14 @@ class CeleryRealWorkerTest(unittest.TestCase):
 
     @classmethod
     def _start_agent(cls):
-        cls.sock = os.path.join(cls.tmp, "a.sock")
-        ready = os.path.join(cls.tmp, "ready.json")
-        args = [BINARY, "agent", "--node-id", "a", "--bootstrap-expect", "1",
-                "--data-dir", os.path.join(cls.tmp, "data"), "--socket", cls.sock,
-                "--http", "127.0.0.1:0", "--bind", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0",
-                "--raft-timing", "fast", "--ready-file", ready, "--leave-on-terminate=false",
-                "--use-grace", "%dms" % int(GRACE * 1000)]
-        p = cls._spawn("agent", args)
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            if p.poll() is not None:
-                raise AssertionError("the agent exited with %s:\n%s" % (p.returncode, _tail(os.path.join(cls.tmp, "agent.log"))))
-            if os.path.exists(ready) and os.path.exists(cls.sock):
-                try:
-                    with open(ready) as f:
-                        doc = json.load(f)
-                except ValueError:
-                    doc = None
-                if doc and doc.get("http_addr"):
-                    cls.http = doc["http_addr"]
-                    break
-            time.sleep(0.1)
-        else:
-            raise AssertionError("the agent was not ready within 30 s:\n" + _tail(os.path.join(cls.tmp, "agent.log")))
-        env = dict(os.environ)
-        env.pop("RAFTPACE_TOKEN", None)
-        r = subprocess.run([BINARY, "limit", "set", KEY, "--rate", str(RATE), "--burst", str(BURST),
-                            "--addr", cls.http], capture_output=True, text=True, timeout=30, env=env)
-        if r.returncode != 0:
-            raise AssertionError("raftpace limit set: %s%s" % (r.stdout, r.stderr))
         sys.path.insert(0, PKG_ROOT)
         import raftpace
+        from raftpace.testing import Agent
+        cls.agent = Agent(BINARY, extra_args=["--use-grace", "%dms" % int(GRACE * 1000)],
+                          tmp=os.path.join(cls.tmp, "agent")).start()
+        cls.sock, cls.http = cls.agent.socket, cls.agent.http
+        cls.agent.set_limit(KEY, RATE, BURST)
         cls.client = raftpace.Client(socket=cls.sock, timeout=10)
-        end = time.monotonic() + 15
-        while True:
-            try:
-                cls.client.get_limit(KEY)
-                break
-            except raftpace.UnknownKey:
-                if time.monotonic() > end:
-                    raise
-                time.sleep(0.1)
 
     @classmethod
     def _start_provider(cls):
@@ -238,6 +205,8 @@ class CeleryRealWorkerTest(unittest.TestCase):
     def _cleanup(cls):
         for p in reversed(cls.procs):
             _stop(p)
+        if cls.agent is not None:
+            cls.agent.stop()
         if cls.httpd is not None:
             cls.httpd.shutdown()
             cls.httpd.server_close()
@@ -265,7 +234,7 @@ class CeleryRealWorkerTest(unittest.TestCase):
 
     def _diag(self):
         return "\nworker log:\n%s\nagent log:\n%s" % (_tail(os.path.join(self.tmp, "worker.log")),
-                                                     _tail(os.path.join(self.tmp, "agent.log"), 1500))
+                                                     self.agent.log_tail(1500))
 
     def test_real_worker(self):
         self.events_path = os.path.join(self.tmp, "events.jsonl")
