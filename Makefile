@@ -28,7 +28,7 @@ bench-quick: ## the side-by-side bench, quick mode (under a minute)
 	$(GO) run ./cmd/raftpace bench --quick
 
 bench-micro: ## micro-benchmarks of the hot paths (go test -bench)
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/gcra/ ./transport/ ./fsm/ ./node/ ./bench/...
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/gcra/ ./transport/ ./fsm/ ./node/ ./agent/dataplane/ ./bench/...
 
 # Targets are found in the sources, not with go test -list: that would build
 # every test binary and run each TestMain (e2e's builds the raftpace binary),
