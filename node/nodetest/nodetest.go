@@ -34,8 +34,10 @@ type Cluster struct {
 // Option changes the config of every node before it starts.
 type Option func(i int, c *node.Config)
 
-// New starts size nodes that bootstrap one cluster together and waits for a
-// leader that grants. Nodes are closed when the test ends.
+// New starts size nodes that bootstrap one cluster together and waits until
+// every node is ready (report.Status.Ready: a leader that grants and holds
+// a share of the rate, known to all), as an agent's /readyz does. Nodes
+// are closed when the test ends.
 func New(t testing.TB, size int, opts ...Option) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, nodes: make([]*node.Node, size), cfgs: make([]node.Config, size)}
@@ -72,7 +74,44 @@ func New(t testing.TB, size int, opts ...Option) *Cluster {
 	}
 	t.Cleanup(c.Close)
 	c.Leader()
+	c.Ready()
 	return c
+}
+
+// Ready waits (up to 20 s) until every live node reports itself ready
+// (report.Status.Ready).
+func (c *Cluster) Ready() {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		why := ""
+		c.mu.Lock()
+		nodes := append([]*node.Node(nil), c.nodes...)
+		c.mu.Unlock()
+		for _, n := range nodes {
+			if n == nil {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			st, err := n.Status(ctx)
+			cancel()
+			if err != nil {
+				why = err.Error()
+				break
+			}
+			if ok, reason := st.Ready(); !ok {
+				why = st.ID + ": " + reason
+				break
+			}
+		}
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("nodetest: not ready within 20s: %s", why)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Node returns node i (0-based); nil if it is killed.

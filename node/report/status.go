@@ -83,8 +83,9 @@ const (
 
 // Ready reports whether the node can admit events under the promise now:
 // it is in raft mode and knows a leader that grants (itself, past its
-// barrier, or another node), or it paces in fallback (local or pooled)
-// with a fraction > 0. Otherwise reason says why not.
+// barrier and holding some share of the rate, or another node), or it
+// paces in fallback (local or pooled) with a fraction > 0. Otherwise
+// reason says why not.
 func (st Status) Ready() (ok bool, reason string) {
 	switch st.Mode {
 	case ModeRaft:
@@ -93,6 +94,10 @@ func (st Status) Ready() (ok bool, reason string) {
 			return false, "no leader known"
 		case st.Leader == st.ID && !st.Granting:
 			return false, "elected leader, not granting yet (waiting for its barrier)"
+		case st.Leader == st.ID && st.HeldFraction <= 0:
+			// A new leader holds a member's part of the rate only once
+			// the member answers a renewal: until then it grants nothing.
+			return false, "leading, but holds no share of the rate yet (waiting for the members' renewal answers)"
 		}
 		return true, ""
 	case ModeLocal, ModePooled:
