@@ -97,7 +97,8 @@ func (n *Node) departed(req wire.RemoveServerReq) (uint64, error) {
 // handOver gives leadership away without a pause in grants: the pacer stops
 // granting, every key's exact cursor is committed as its horizon (the
 // fsm adapter overwrites horizons, so the successor starts there, not up to
-// HorizonAhead later), then raft transfers leadership. If the transfer
+// HorizonAhead later; horizonWrites keeps an extension collected before
+// StepDown from landing after them), then raft transfers leadership. If the transfer
 // fails this node leads on.
 func (n *Node) handOver() {
 	f := n.raft.GetConfiguration()
@@ -116,6 +117,9 @@ func (n *Node) handOver() {
 	begin := time.Now()
 	gen := n.pacer.StepDown()
 	n.shares.StepDown()
+	// After StepDown nothing new is collected; the lock waits out an
+	// extension already collected, so the cursors are the last entries.
+	n.horizonWrites.Lock()
 	for _, ext := range n.pacer.Cursors() {
 		if _, err := n.commit(&ext, commitTimeout); err != nil {
 			// The horizons committed before still cover every grant; the
@@ -124,6 +128,7 @@ func (n *Node) handOver() {
 			break
 		}
 	}
+	n.horizonWrites.Unlock()
 	if err := n.raft.LeadershipTransfer().Error(); err != nil {
 		n.log.Warn("hand-over: leadership transfer failed; leading on", "err", err)
 		n.becomeLeader(gen)

@@ -53,6 +53,13 @@ type Node struct {
 	// read before a member was forgotten put it back, its fraction
 	// reserved for good: the rolling-replace churn tests caught it).
 	memberWrites sync.Mutex
+	// horizonWrites serialises the leader's writers of horizon entries:
+	// the extender (one extension from Collect to its commit) and
+	// handOver (the exact cursors). The fsm adapter keeps the latest
+	// entry of a key, so an extension collected before handOver's StepDown
+	// and committed after the cursors would overwrite them, and the
+	// successor would start up to HorizonAhead late.
+	horizonWrites sync.Mutex
 	// fractionIndex is the raft index of the last fraction shrink: growth
 	// waits until every member has applied it.
 	fractionIndex atomic.Uint64

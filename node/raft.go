@@ -133,26 +133,36 @@ func (n *Node) becomeLeader(gen uint64) {
 	}
 }
 
-// extendLoop commits horizon extensions while this node leads. It is the
-// only writer of horizon entries, so entries never race each other.
+// extendLoop commits horizon extensions while this node leads. It and
+// handOver are the only writers of horizon entries, serialised by
+// horizonWrites, so entries never race each other.
 func (n *Node) extendLoop() {
 	defer n.wg.Done()
 	loop.Every(n.ctx, max(n.cfg.HorizonAhead/4, 5*time.Millisecond), n.pacer.Kicks(), func() bool {
-		for {
-			ext, ok := n.pacer.Collect()
-			if !ok {
-				break
-			}
-			if _, err := n.commit(&ext.Cmd, commitTimeout); err != nil {
-				n.stats.extendErrors.Add(1)
-				n.log.Warn("horizon extension not committed", "keys", len(ext.Cmd.Entries), "err", err)
-				break
-			}
-			n.stats.extensions.Add(1)
-			n.pacer.Committed(ext)
+		for n.extendOnce() {
 		}
 		return true
 	})
+}
+
+// extendOnce collects and commits one extension; false when there is
+// none or it failed. It holds horizonWrites from Collect to the commit,
+// so a hand-over's cursors are never committed between the two.
+func (n *Node) extendOnce() bool {
+	n.horizonWrites.Lock()
+	defer n.horizonWrites.Unlock()
+	ext, ok := n.pacer.Collect()
+	if !ok {
+		return false
+	}
+	if _, err := n.commit(&ext.Cmd, commitTimeout); err != nil {
+		n.stats.extendErrors.Add(1)
+		n.log.Warn("horizon extension not committed", "keys", len(ext.Cmd.Entries), "err", err)
+		return false
+	}
+	n.stats.extensions.Add(1)
+	n.pacer.Committed(ext)
+	return true
 }
 
 // commit encodes c, commits it through raft on this node (the leader) and
