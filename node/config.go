@@ -235,49 +235,31 @@ func DefaultConfig() Config { return Config{}.withDefaults() }
 // withDefaults returns a copy of c with zero fields set to their defaults.
 // New calls it, then validate.
 func (c Config) withDefaults() Config {
-	if c.ClusterName == "" {
-		c.ClusterName = "raftpace"
-	}
-	if c.Voters == 0 {
-		c.Voters = defaultVoters
-	}
-	if c.Timing == (Timing{}) {
-		c.Timing = LANTiming()
-	}
-	if c.HorizonAhead == 0 {
-		c.HorizonAhead = defaultHorizonAhead
-	}
-	if c.UseGrace == 0 {
-		c.UseGrace = defaultUseGrace
-	}
-	if c.LeaseSpan == 0 {
-		c.LeaseSpan = defaultLeaseSpan
-	}
-	if c.ShareTTL == 0 {
-		c.ShareTTL = defaultShareTTL
-	}
-	if c.FallbackFor == 0 {
-		c.FallbackFor = defaultFallbackFor
-	}
-	if c.ReapMargin == 0 {
-		c.ReapMargin = defaultReapMargin
-	}
-	if c.MaxSlotTTL == 0 {
-		c.MaxSlotTTL = defaultMaxSlotTTL
-	}
-	if c.FailedServerAfter == 0 {
-		c.FailedServerAfter = c.ShareTTL + time.Second
-	}
-	if c.WitnessTTL == 0 {
-		c.WitnessTTL = defaultWitnessTTL
-	}
-	if c.CheckpointEvery == 0 {
-		c.CheckpointEvery = 5 * time.Second
-	}
+	orDefault(&c.ClusterName, "raftpace")
+	orDefault(&c.Voters, defaultVoters)
+	orDefault(&c.Timing, LANTiming())
+	orDefault(&c.HorizonAhead, defaultHorizonAhead)
+	orDefault(&c.UseGrace, defaultUseGrace)
+	orDefault(&c.LeaseSpan, defaultLeaseSpan)
+	orDefault(&c.ShareTTL, defaultShareTTL)
+	orDefault(&c.FallbackFor, defaultFallbackFor)
+	orDefault(&c.ReapMargin, defaultReapMargin)
+	orDefault(&c.MaxSlotTTL, defaultMaxSlotTTL)
+	orDefault(&c.FailedServerAfter, c.ShareTTL+time.Second) // after ShareTTL's default
+	orDefault(&c.WitnessTTL, defaultWitnessTTL)
+	orDefault(&c.CheckpointEvery, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
+}
+
+// orDefault sets *field to def when it is its type's zero value.
+func orDefault[T comparable](field *T, def T) {
+	var zero T
+	if *field == zero {
+		*field = def
+	}
 }
 
 // Validate reports every problem of c at once, each wrapping
@@ -394,9 +376,6 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// validate is Validate, as New calls it on a Config with its defaults.
-func (c Config) validate() error { return c.Validate() }
 
 // tlsEnabled reports whether the node runs its transport over TLS.
 func (c Config) tlsEnabled() bool { return c.TLSCertFile != "" }

@@ -1,7 +1,7 @@
 package node
 
 import (
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/raftpace/raftpace/node/tally"
@@ -29,15 +29,9 @@ type KeyHistory struct {
 func (n *Node) History(secs int) []KeyHistory {
 	now := time.Now()
 	end := now.Truncate(time.Second)
-	seen := map[string]bool{}
-	var keys []string
-	for _, k := range append(n.admittedHist.Keys(), n.grantedHist.Keys()...) {
-		if !seen[k] {
-			seen[k] = true
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
+	keys := append(n.admittedHist.Keys(), n.grantedHist.Keys()...)
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
 	out := make([]KeyHistory, 0, len(keys))
 	for _, k := range keys {
 		out = append(out, KeyHistory{Key: k, End: end, Admitted: n.admittedHist.Series(k, now, secs), Granted: n.grantedHist.Series(k, now, secs)})

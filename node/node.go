@@ -119,7 +119,7 @@ type counters struct {
 // can be retried on the same addresses and data dir.
 func New(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
