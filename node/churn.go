@@ -97,8 +97,7 @@ func (n *Node) departed(req wire.RemoveServerReq) (uint64, error) {
 // handOver gives leadership away without a pause in grants: the pacer stops
 // granting, every key's exact cursor is committed as its horizon (the
 // fsm adapter overwrites horizons, so the successor starts there, not up to
-// HorizonAhead later; horizonWrites keeps an extension collected before
-// StepDown from landing after them), then raft transfers leadership. If the transfer
+// HorizonAhead later), then raft transfers leadership. If the transfer
 // fails this node leads on.
 func (n *Node) handOver() {
 	f := n.raft.GetConfiguration()
@@ -117,9 +116,7 @@ func (n *Node) handOver() {
 	begin := time.Now()
 	gen := n.pacer.StepDown()
 	n.shares.StepDown()
-	// After StepDown nothing new is collected; the lock waits out an
-	// extension already collected, so the cursors are the last entries.
-	n.horizonWrites.Lock()
+	n.horizonWrites.Lock() // waits out an extension collected before StepDown
 	for _, ext := range n.pacer.Cursors() {
 		if _, err := n.commit(&ext, commitTimeout); err != nil {
 			// The horizons committed before still cover every grant; the

@@ -233,7 +233,7 @@ const (
 func DefaultConfig() Config { return Config{}.withDefaults() }
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
-// New calls it, then validate.
+// New calls it, then Validate.
 func (c Config) withDefaults() Config {
 	orDefault(&c.ClusterName, "raftpace")
 	orDefault(&c.Voters, defaultVoters)

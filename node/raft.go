@@ -145,9 +145,8 @@ func (n *Node) extendLoop() {
 	})
 }
 
-// extendOnce collects and commits one extension; false when there is
-// none or it failed. It holds horizonWrites from Collect to the commit,
-// so a hand-over's cursors are never committed between the two.
+// extendOnce collects and commits one extension, under horizonWrites;
+// false when there is none or it failed.
 func (n *Node) extendOnce() bool {
 	n.horizonWrites.Lock()
 	defer n.horizonWrites.Unlock()
