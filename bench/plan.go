@@ -49,11 +49,14 @@ type plan struct {
 	manyKeysDur time.Duration
 }
 
-func planFor(quick bool, ceilings []float64) plan {
+func planFor(quick bool, ceilings []float64, keys []int) plan {
 	p := plan{latency: 4 * time.Second, callers: []int{1, 16}, noLeaseLdr: true, eight: true, xrateSolo: true,
 		manyKeys: []int{10, 100, 1000}, manyKeysDur: 15 * time.Second}
 	if quick {
 		p = plan{latency: time.Second, callers: []int{1, 16}, manyKeys: []int{100}, manyKeysDur: 5 * time.Second}
+	}
+	if keys != nil {
+		p.manyKeys = keys
 	}
 	if ceilings == nil {
 		ceilings = DefaultCeilings

@@ -23,6 +23,14 @@ import (
 // Config.Only (raftpace bench --only) takes.
 var Approaches = []string{"raftpace", "postgres", "redis", "xrate", "gubernator", "loopback", "python"}
 
+// KeysGroup is the name Config.Only takes for raftpace's many-slow-keys
+// group alone (the "raftpace" approach includes it).
+const KeysGroup = "keys"
+
+// MaxKeys is the most keys the many-slow-keys group runs: each agent runs
+// a worker per key.
+const MaxKeys = 100_000
+
 // IsApproach reports whether name is one of Approaches.
 func IsApproach(name string) bool { return slices.Contains(Approaches, name) }
 
@@ -33,7 +41,8 @@ type Config struct {
 	Binary string
 	// Quick runs shorter and fewer configurations (under a minute).
 	Quick bool
-	// Only selects approaches by name (see Approaches); nil runs all.
+	// Only selects approaches by name (see Approaches), or KeysGroup for
+	// raftpace's many-slow-keys group alone; nil runs all.
 	Only []string
 	// PostgresURL is the server of the Postgres pacer; "" means
 	// PostgresURL().
@@ -54,6 +63,9 @@ type Config struct {
 	// DefaultCeilings, or 1,000/s in a quick run. The 8-process run is at
 	// 7/s and runs when 7 is among them.
 	Ceilings []float64
+	// Keys are the key counts of the many-slow-keys group (each at most
+	// MaxKeys); nil means 10, 100 and 1,000 (a quick run: 100).
+	Keys []int
 	// WorkDir holds data dirs, logs, timelines and reports; "" uses a new
 	// temporary directory, removed at the end unless the run failed or
 	// Keep is set.
@@ -108,7 +120,7 @@ func Run(ctx context.Context, cfg Config) (rep *report.Report, err error) {
 	if cfg.RedisAddr == "" {
 		cfg.RedisAddr = DefaultRedisAddr
 	}
-	r := &runner{cfg: cfg, plan: planFor(cfg.Quick, cfg.Ceilings), out: cfg.Progress, runID: strconv.FormatInt(time.Now().UnixNano()%1e10, 36)}
+	r := &runner{cfg: cfg, plan: planFor(cfg.Quick, cfg.Ceilings, cfg.Keys), out: cfg.Progress, runID: strconv.FormatInt(time.Now().UnixNano()%1e10, 36)}
 	if r.out == nil {
 		r.out = io.Discard
 	}
@@ -316,7 +328,7 @@ func (r *runner) groups() []group {
 			gs = append(gs, group{name: "8 processes", steps: []step{r.raftpaceCeiling(cp, 8, "raftpace-8")}})
 		}
 	}
-	if r.selected("raftpace") && len(r.plan.manyKeys) > 0 {
+	if (r.selected("raftpace") || r.selected(KeysGroup)) && len(r.plan.manyKeys) > 0 {
 		g := group{name: "many slow keys"}
 		for _, n := range r.plan.manyKeys {
 			g.steps = append(g.steps, r.manyKeys(n))

@@ -43,7 +43,7 @@ For each: reservation latency p50/p99 with 1 and 16 callers and
 reservations/s at an unlimited rate; then ceilings of 7, 1,000 and 100,000
 per second (burst 1) with demand at 3x the ceiling from 3 processes: the
 admitted rate as % of the ceiling and the worst window against R*W+B+R*50ms.
-With raftpace also "many slow keys": 10, 100 and 1,000 keys at 2/s each
+With raftpace also "many slow keys": 10, 100 and 1,000 keys at 1/s each
 (burst 1) with one closed-loop worker per key on each of 3 agents, the
 admitted % overall and of the worst key, and windows over the bound.
 An approach whose server (or, for python, python3, psycopg2 or redis-py)
@@ -61,10 +61,11 @@ func (c *cli) bench(name string, args []string) error {
 	out := f.String("out", "bench-out", "write report.md, report.json and chart.svg to `DIR` (\"\": don't)")
 	pg := f.String("postgres", "", "Postgres `URL` for the Postgres pacer (default: RAFTPACE_BENCH_POSTGRES, or\n"+bench.DefaultPostgresURL+")")
 	redis := f.String("redis", bench.DefaultRedisAddr, "`HOST:PORT` of the Redis server for the Redis GCRA script")
-	only := f.String("only", "", "run only these approaches: `LIST` of "+strings.Join(bench.Approaches, ","))
+	only := f.String("only", "", "run only these approaches: `LIST` of "+strings.Join(bench.Approaches, ",")+",\nor "+bench.KeysGroup+" for raftpace's many-slow-keys group alone")
 	gub := f.String("gubernator-src", "", "`DIR` of the bench/gubernator module (default: found from the working directory)")
 	pyBench := f.String("python-bench", "", "`FILE` clients/python/bench.py for --only python (default: found from the working directory)")
 	ceilings := f.String("ceilings", "", "measure these ceilings, `LIST` of events/s (default 7,1000,100000; --quick: 1000)")
+	keys := f.String("keys", "", "many slow keys: measure these key counts, `LIST` (default 10,100,1000; --quick: 100)")
 	keep := f.Bool("keep", false, "keep the working directory (agents' logs, timelines, load reports)")
 	printBaselines := f.Bool("print-baselines", false, "print the Postgres statement and the Redis script the baselines run, as JSON, and exit\n(clients/python/bench.py runs the same ones)")
 	pos, err := c.parse(f, args)
@@ -82,8 +83,8 @@ func (c *cli) bench(name string, args []string) error {
 		if n = strings.TrimSpace(n); n == "" {
 			continue
 		}
-		if !bench.IsApproach(n) {
-			return f.usageError("--only %q: unknown approach %q (choose from %s)", *only, n, strings.Join(bench.Approaches, ","))
+		if !bench.IsApproach(n) && n != bench.KeysGroup {
+			return f.usageError("--only %q: unknown approach %q (choose from %s, or %s)", *only, n, strings.Join(bench.Approaches, ","), bench.KeysGroup)
 		}
 		names = append(names, n)
 	}
@@ -97,6 +98,17 @@ func (c *cli) bench(name string, args []string) error {
 			return f.usageError("--ceilings %q: %q is not a rate (events/s, above 0, at most 1e7)", *ceilings, v)
 		}
 		rates = append(rates, r)
+	}
+	var counts []int
+	for _, v := range strings.Split(*keys, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		k, err := strconv.Atoi(v)
+		if err != nil || k < 1 || k > bench.MaxKeys {
+			return f.usageError("--keys %q: %q is not a key count (a whole number from 1 to %d)", *keys, v, bench.MaxKeys)
+		}
+		counts = append(counts, k)
 	}
 	bin, err := os.Executable()
 	if err != nil {
@@ -115,6 +127,7 @@ func (c *cli) bench(name string, args []string) error {
 		GubernatorDir: *gub,
 		PythonBench:   *pyBench,
 		Ceilings:      rates,
+		Keys:          counts,
 		Keep:          *keep,
 		Progress:      c.stderr,
 	})
