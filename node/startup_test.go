@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,16 +15,44 @@ import (
 	"github.com/raftpace/raftpace/node"
 )
 
-// freeAddr returns a loopback address whose port was free a moment ago.
+// freeAddr returns a loopback address whose port, TCP and UDP, was free a
+// moment ago. The port is below the kernel's ephemeral range: a port from
+// it (what listening on :0 gives) may be taken meanwhile as the source
+// port of any connection another process on the machine opens (a CI run
+// tests packages side by side), and a test that binds the same port twice
+// would then fail for a reason that is not its own.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	lo := ephemeralLow()
+	for range 1000 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(lo-10000))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		pc, err := net.ListenPacket("udp", addr)
+		ln.Close()
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		return addr
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	t.Fatalf("no free port below %d", lo)
+	return ""
+}
+
+// ephemeralLow is the lowest port the kernel hands out as a source port
+// (Linux: ip_local_port_range; elsewhere the IANA range's start).
+func ephemeralLow() int {
+	lo := 49152
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var hi int
+		if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+			lo = 32768
+		}
+	}
+	return max(lo, 10001)
 }
 
 // holdPort listens on a free loopback port until the test ends and returns
