@@ -52,12 +52,12 @@ func startProc(name, bin string, args []string, logPath string) (*proc, error) {
 	return p, nil
 }
 
-// cleanEnv is the bench's environment less RAFTPACE_* variables, which
-// would change the children's flags.
+// cleanEnv is an agent's environment: no RAFTPACE_ variable (the flags
+// say everything), and GOTRACEBACK=all for the stacks of a hang (stop).
 func cleanEnv() []string {
-	var env []string
+	env := []string{"GOTRACEBACK=all"}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "RAFTPACE_") {
+		if !strings.HasPrefix(kv, "RAFTPACE_") && !strings.HasPrefix(kv, "GOTRACEBACK=") {
 			env = append(env, kv)
 		}
 	}
@@ -116,8 +116,15 @@ func (p *proc) stop(d time.Duration) error {
 	case <-p.done:
 		return p.err
 	case <-t.C:
-		p.kill()
-		return fmt.Errorf("bench: %s did not stop within %v of SIGTERM; killed", p.name, d)
+		// SIGQUIT first: the Go runtime writes every goroutine's stack to
+		// the agent's log (GOTRACEBACK=all), which says where it hung.
+		p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			p.kill()
+		}
+		return fmt.Errorf("bench: %s did not stop within %v of SIGTERM; ended with SIGQUIT (its goroutines are in its log)", p.name, d)
 	}
 }
 

@@ -233,10 +233,28 @@ func (a *agent) command(ctx context.Context, args ...string) *exec.Cmd {
 }
 
 // cleanEnv drops RAFTPACE_* variables of the developer's shell.
+// quitForStacks ends a process that hangs: SIGQUIT first, so that the Go
+// runtime writes every goroutine's stack to its stderr (the agent's log;
+// GOTRACEBACK=all from cleanEnv), then SIGKILL if it is still there 5 s
+// later. done is closed when the process has exited.
+func quitForStacks(p *os.Process, done <-chan struct{}) {
+	p.Signal(syscall.SIGQUIT)
+	select {
+	case <-done:
+		return
+	case <-time.After(5 * time.Second):
+	}
+	p.Kill()
+	<-done
+}
+
+// cleanEnv is the test's environment for an agent: no RAFTPACE_ variable
+// (the flags say everything), and GOTRACEBACK=all so that a hang ended by
+// quitForStacks shows every goroutine.
 func cleanEnv() []string {
-	var env []string
+	env := []string{"GOTRACEBACK=all"}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "RAFTPACE_") {
+		if !strings.HasPrefix(kv, "RAFTPACE_") && !strings.HasPrefix(kv, "GOTRACEBACK=") {
 			env = append(env, kv)
 		}
 	}
@@ -278,9 +296,8 @@ func (a *agent) stop() {
 			a.t.Errorf("%s exited with %v after SIGTERM; log:\n%s", a.id, a.exitErr, a.tail())
 		}
 	case <-time.After(15 * time.Second):
-		a.cmd.Process.Kill()
-		<-a.done
-		a.t.Errorf("%s did not exit within 15s of SIGTERM", a.id)
+		quitForStacks(a.cmd.Process, a.done)
+		a.t.Errorf("%s did not exit within 15s of SIGTERM; its goroutines (SIGQUIT) are at the end of %s", a.id, a.logPath)
 	}
 }
 
