@@ -40,7 +40,8 @@ type DeleteLimit struct {
 }
 
 // HorizonEntry sets the committed horizon of Key to Ahead past the moment
-// each replica applies the entry. Ahead is > 0 and <= MaxHorizonAhead.
+// each replica applies the entry. Ahead is >= 0 and <= MaxHorizonAhead;
+// 0 removes the key's horizon (see State).
 type HorizonEntry struct {
 	Key   string
 	Ahead time.Duration

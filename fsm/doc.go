@@ -1,7 +1,8 @@
 // Package fsm is the replicated, deterministic state of a raftpace cluster
 // and the codec of the commands that change it.
 //
-// The state (State) holds the limit of each key, the committed horizon of
+// The state (State) holds the limit of each key (a key ending in Wildcard
+// is a template whose limit every key under it gets: template.go), the committed horizon of
 // each key, the members of the cluster with their fallback fractions, the
 // refusal pause of each key, the concurrency cap of each key, the held
 // concurrency slots, and the index of the last applied raft log entry.
@@ -29,7 +30,7 @@
 // Validation: keys and node ids follow ValidateKey and ValidateID; limits
 // follow Limit.Validate; members follow Member.Validate; an ExtendHorizons
 // holds 1..MaxHorizonEntries entries with distinct keys, each with
-// 0 < Ahead <= MaxHorizonAhead; a SetPause has 0 <= For <= MaxPause; a
+// 0 <= Ahead <= MaxHorizonAhead (0 forgets); a SetPause has 0 <= For <= MaxPause; a
 // SetCap has 1 <= Max <= MaxCap; an AcquireSlots has 1..MaxSlotKeys
 // distinct keys and 0 < TTL <= MaxSlotTTL; a ReleaseSlots holds
 // 1..MaxReleaseIDs distinct ids. Encode never encodes an invalid command,

@@ -282,6 +282,7 @@ func (s *State) Restore(r io.Reader) error {
 	defer s.mu.Unlock()
 	s.applied, s.limits, s.horizons, s.members = n.applied, n.limits, n.horizons, n.members
 	s.pauses, s.caps, s.slots = n.pauses, n.caps, n.slots
+	s.indexTemplates()
 	return nil
 }
 
@@ -365,7 +366,7 @@ func decodeSnapshot(data []byte) (*State, error) {
 		if err := validateKey(key); err != nil {
 			return fail("horizon %d: %w", i, err)
 		}
-		if err := validateAhead(ahead); err != nil {
+		if err := validateStoredAhead(ahead); err != nil {
 			return fail("horizon %d key %s: %w", i, quote(key), err)
 		}
 		if i > 0 && key <= prev {

@@ -36,6 +36,11 @@ import (
 // maximum of durations measured from different apply times would mean
 // nothing.
 //
+// An entry with Ahead 0 removes the key's horizon: no slot was granted
+// past the moment it was proposed, so every replica's later apply time
+// covers them all. The leader sends one for an idle key, so that keys a
+// template made do not stay in the state for ever.
+//
 // DeleteLimit removes a key's limit but keeps its horizon, so that a key
 // deleted and created again cannot be granted slots that overlap ones
 // granted before the delete.
@@ -88,6 +93,9 @@ type State struct {
 	pauses   map[string]time.Duration // never holds 0: SetPause{For: 0} deletes
 	caps     map[string]int
 	slots    map[string]Slot // by ID; Keys slices are never modified once stored
+	// templates: the keys of limits that are templates, most specific
+	// first (template.go); derived from limits, never encoded.
+	templates []string
 }
 
 // Slot is one held concurrency slot, as AcquireSlots recorded it.
@@ -138,12 +146,24 @@ func (s *State) Apply(index uint64, c Command) error {
 	s.init()
 	switch c := c.(type) {
 	case SetLimit:
+		_, had := s.limits[c.Key]
 		s.limits[c.Key] = c.Limit
+		if !had && IsTemplate(c.Key) {
+			s.indexTemplates()
+		}
 	case DeleteLimit:
+		_, had := s.limits[c.Key]
 		delete(s.limits, c.Key) // the horizon stays: see State
+		if had && IsTemplate(c.Key) {
+			s.indexTemplates()
+		}
 	case ExtendHorizons:
 		for _, e := range c.Entries {
-			s.horizons[e.Key] = e.Ahead // overwrite, not max: see State
+			if e.Ahead == 0 {
+				delete(s.horizons, e.Key) // forgotten: see State
+			} else {
+				s.horizons[e.Key] = e.Ahead // overwrite, not max: see State
+			}
 		}
 	case UpsertMember:
 		m := c.Member
@@ -198,15 +218,16 @@ func (s *State) init() {
 	}
 }
 
-// Limit returns the limit of key and whether it has one.
+// Limit returns the limit of key and whether it has one: its own, else
+// that of the most specific template covering it (see Wildcard). A
+// template's key gets the template's own limit.
 func (s *State) Limit(key string) (Limit, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	l, ok := s.limits[key]
+	l, _, ok := s.LimitFrom(key)
 	return l, ok
 }
 
-// Limits returns a copy of every limit by key.
+// Limits returns a copy of every limit by key, templates included (keys
+// that get their limit from a template are not listed).
 func (s *State) Limits() map[string]Limit {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

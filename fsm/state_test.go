@@ -278,7 +278,7 @@ func TestState_ApplyRejects(t *testing.T) {
 		{4, SetLimit{Key: "", Limit: lim(1, 1)}, []error{ErrInvalidCommand, ErrInvalidKey}},
 		{4, DeleteLimit{Key: "a\nb"}, []error{ErrInvalidCommand, ErrInvalidKey}},
 		{4, horizons(), []error{ErrInvalidCommand}},
-		{4, horizons(HorizonEntry{"a", 0}), []error{ErrInvalidCommand}},
+		{4, horizons(HorizonEntry{"a", -1}), []error{ErrInvalidCommand}},
 		{4, horizons(HorizonEntry{"a", 2 * time.Hour}), []error{ErrInvalidCommand}},
 		{4, horizons(HorizonEntry{"a", 1}, HorizonEntry{"a", 2}), []error{ErrInvalidCommand}},
 		{4, UpsertMember{Member: Member{ID: "n1", Addr: "h:1", Fraction: 1.01}}, []error{ErrInvalidCommand, ErrInvalidMember}},

@@ -298,12 +298,21 @@ func validateAddr(addr string) error {
 	return nil
 }
 
-// validateAhead checks one HorizonEntry.Ahead.
+// validateAhead checks one HorizonEntry.Ahead (0 forgets the horizon).
 func validateAhead(d time.Duration) error {
-	if d <= 0 || d > MaxHorizonAhead {
-		return fmt.Errorf("Ahead %v: must be > 0 and <= %v (MaxHorizonAhead)", d, MaxHorizonAhead)
+	if d < 0 || d > MaxHorizonAhead {
+		return fmt.Errorf("Ahead %v: must be >= 0 and <= %v (MaxHorizonAhead)", d, MaxHorizonAhead)
 	}
 	return nil
+}
+
+// validateStoredAhead checks a horizon of a snapshot: a state holds none
+// at 0 (an entry with Ahead 0 removes the key's horizon).
+func validateStoredAhead(d time.Duration) error {
+	if d == 0 {
+		return fmt.Errorf("Ahead %v: a stored horizon must be > 0", d)
+	}
+	return validateAhead(d)
 }
 
 // validatePause checks one SetPause.For (0 clears the pause).

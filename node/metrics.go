@@ -57,6 +57,7 @@ func (n *Node) keyCountsSnapshot() []report.KeyCounts {
 // the per-key counters, the node's Stats and the admitted history. It is
 // the one place a reservation's outcome is counted.
 func (n *Node) reserved(key string, count int, begin time.Time, r raftpace.Reservation, err error) {
+	key = n.state.LimitKey(key) // a template's keys are one row: bounded
 	c := n.keyCounts.Get(key)
 	var pe *raftpace.PausedError
 	switch {

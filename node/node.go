@@ -153,8 +153,8 @@ func New(cfg Config) (*Node, error) {
 func (n *Node) start() error {
 	cfg := n.cfg
 	n.fsm = apply.New(n.state, n.now, &n.appliedPauses)
-	n.pacer = pacer.New(n.now, cfg.HorizonAhead, cfg.LeaseSpan, n.fsm.Horizon, n.state.Limits)
-	n.pacer.Granted = func(key string, count int) { n.grantedHist.Add(key, count, time.Now()) }
+	n.pacer = pacer.New(n.now, cfg.HorizonAhead, cfg.LeaseSpan, n.fsm.Horizon, n.state.Limit)
+	n.pacer.Granted = func(key string, count int) { n.grantedHist.Add(n.state.LimitKey(key), count, time.Now()) }
 	n.leases = n.newLeases()
 	n.shares = shares.New(n.now, cfg.ShareTTL)
 	n.pacer.Shares = n.shares
@@ -162,11 +162,11 @@ func (n *Node) start() error {
 	n.gate = n.newGate()
 	n.slots = n.newSlots()
 	n.fsm.OnMembers = func() { n.shares.SetMembers(n.state.Members()) }
-	n.fsm.OnLimit = n.pacer.SetLimit
+	n.fsm.OnLimit = n.pacer.LimitChanged
 	if cfg.PostgresURL != "" {
 		n.pg = n.newPGLink()
 		n.fsm.OnMembers = func() { n.shares.SetMembers(n.state.Members()); n.pg.Changed() }
-		n.fsm.OnLimit = func(key string, lim fsm.Limit, ok bool) { n.pacer.SetLimit(key, lim, ok); n.pg.Changed() }
+		n.fsm.OnLimit = func(key string) { n.pacer.LimitChanged(key); n.pg.Changed() }
 		n.fsm.OnGate = n.pg.Changed
 	}
 	n.pacer.Fresh = cfg.Unsafe.FreshStart

@@ -20,7 +20,7 @@ import (
 // leader one by one (forwarded by a follower), retried within maxWait when
 // a grant arrives too late to be used within UseGrace.
 func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (r raftpace.Reservation, err error) {
-	if err := fsm.ValidateKey(key); err != nil {
+	if err := fsm.ValidateEventKey(key); err != nil {
 		return raftpace.Reservation{}, fmt.Errorf("node: reserve: %w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	if count < 1 {
@@ -58,16 +58,12 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 			}
 		}
 		r, err := n.reserveRaft(ctx, key, count, max(0, time.Until(deadline)))
-		if errors.Is(err, errModeChanged) || errors.Is(err, errLeaderPaused) {
-			continue // dispatch again; the gate now holds the pause
+		if errors.Is(err, lease.ErrModeChanged) || errors.Is(err, errLeaderPaused) {
+			continue // dispatch again: the node fell back, or the gate now holds the pause
 		}
 		return r, err
 	}
 }
-
-// errModeChanged: while retrying the leader, the node moved to fallback;
-// Reserve dispatches again.
-var errModeChanged = lease.ErrModeChanged
 
 // inFallback reports whether the node should stop retrying the leader and
 // serve its callers from its own fallback.
@@ -126,7 +122,7 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 			return raftpace.Reservation{}, err
 		}
 		if n.inFallback() {
-			return raftpace.Reservation{}, errModeChanged
+			return raftpace.Reservation{}, lease.ErrModeChanged
 		}
 		lastErr = err
 		n.log.Debug("reserve: retrying", "key", key, "err", err)

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/fsm"
 )
 
 // TestNodeError maps every error of docs/dataplane.md's table, including
@@ -44,5 +46,12 @@ func TestNodeError(t *testing.T) {
 		if c.code == "invalid" && body["field"] != "n" {
 			t.Errorf("invalid without field: %s", w.Body)
 		}
+	}
+	// A key the node refuses (a template's) names the key, whatever the
+	// request's field.
+	w := httptest.NewRecorder()
+	nodeError(w, fmt.Errorf("node: reserve: %w: %w", raftpace.ErrInvalidRequest, fsm.ValidateEventKey("t:*")), "n")
+	if w.Code != 400 || !strings.Contains(w.Body.String(), `"field":"key"`) {
+		t.Errorf("a template's key: %d %s; want 400 naming field key", w.Code, w.Body)
 	}
 }

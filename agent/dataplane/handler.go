@@ -274,7 +274,9 @@ func nodeError(w http.ResponseWriter, err error, field string) {
 	case errors.Is(err, raftpace.ErrConcurrencyLimit):
 		w.Header().Set("Retry-After", "1")
 		writeErr(w, http.StatusTooManyRequests, "concurrency_limit", msg, map[string]any{"full": []string{}})
-	case errors.Is(err, raftpace.ErrInvalidRequest), errors.Is(err, fsm.ErrInvalidKey):
+	case errors.Is(err, fsm.ErrInvalidKey): // the node's own check: a template's key
+		invalid(w, "key", msg)
+	case errors.Is(err, raftpace.ErrInvalidRequest):
 		invalid(w, field, msg)
 	case errors.Is(err, raftpace.ErrUnknownKey):
 		writeErr(w, http.StatusNotFound, "unknown_key", msg, nil)

@@ -141,6 +141,13 @@ const limitUsage = `Usage: raftpace limit set KEY --rate R [--burst B] [flags]
 Sets or reads the limit of a key, through the agent at --addr. A limit is a
 rate R (events per second across the whole cluster) and a burst B >= 1: in
 any window of W seconds the cluster admits at most R*W + B events of the key.
+
+A KEY ending in * is a template: every key that starts with the part before
+the * gets its own limit R, B on first use, with no step per key
+(limit set 'tenant:*' --rate 5). A key's own limit beats a template, and
+the longest matching template wins. Events of a template's keys are counted
+under the template in status and metrics; an idle key leaves the leader's
+memory after a minute.
 Run 'raftpace limit set -h' for the flags.
 `
 

@@ -51,9 +51,10 @@ import (
 type Adapter struct {
 	state *fsm.State
 	now   func() int64 // node's monotonic nanoseconds
-	// OnLimit is told of every limit change (and, after a restore, of every
-	// limit) so the pacer can follow without polling.
-	OnLimit func(key string, lim fsm.Limit, ok bool)
+	// OnLimit is told of the key of every limit change (a template's
+	// covers many keys: fsm.Wildcard) so the pacer can follow without
+	// polling; after a restore, OnReset is told instead.
+	OnLimit func(key string)
 	// OnReset is told when a snapshot replaced the whole state.
 	OnReset func()
 	// OnMembers is told when the member list (or a fraction) changed.
@@ -94,7 +95,7 @@ func New(state *fsm.State, now func() int64, pauses Pauses) *Adapter {
 	return &Adapter{
 		state:     state,
 		now:       now,
-		OnLimit:   func(string, fsm.Limit, bool) {},
+		OnLimit:   func(string) {},
 		OnReset:   func() {},
 		OnMembers: func() {},
 		OnGate:    func() {},
@@ -126,7 +127,11 @@ func (f *Adapter) Apply(l *raft.Log) any {
 			// its exact cursors and its successor starts there, not up to
 			// HorizonAhead later.
 			for _, e := range c.Entries {
-				f.horizons[e.Key] = now + int64(e.Ahead)
+				if e.Ahead == 0 {
+					delete(f.horizons, e.Key) // an idle key forgotten
+				} else {
+					f.horizons[e.Key] = now + int64(e.Ahead)
+				}
 			}
 		case fsm.SetPause:
 			f.setPause(c.Key, now, c.For)
@@ -149,9 +154,9 @@ func (f *Adapter) Apply(l *raft.Log) any {
 	if err == nil {
 		switch c := cmd.(type) {
 		case fsm.SetLimit:
-			f.OnLimit(c.Key, c.Limit, true)
+			f.OnLimit(c.Key)
 		case fsm.DeleteLimit:
-			f.OnLimit(c.Key, fsm.Limit{}, false)
+			f.OnLimit(c.Key)
 		case fsm.UpsertMember, fsm.RemoveMember:
 			f.OnMembers()
 		case fsm.SetCap, fsm.DeleteCap, fsm.SetPause:

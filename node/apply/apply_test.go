@@ -74,7 +74,7 @@ func TestHandOver_CursorOverwritesTheHorizon(t *testing.T) {
 func TestApply_PausesSlotsAndCallbacks(t *testing.T) {
 	ad, clk, pauses, apply := newTest(t)
 	var limits, gates int
-	ad.OnLimit = func(string, fsm.Limit, bool) { limits++ }
+	ad.OnLimit = func(string) { limits++ }
 	ad.OnGate = func() { gates++ }
 	ch := ad.Applied()
 	apply(1, &fsm.SetLimit{Key: "k", Limit: fsm.Limit{Rate: 10, Burst: 1}})

@@ -106,7 +106,17 @@ type Cache struct {
 	d  Deps
 	mu sync.RWMutex
 	by map[string]*keyLease
+	// sweepAt: when by grows to this many keys, idle ones are dropped
+	// (sweepLocked), so keys made by templates do not pile up.
+	sweepAt int
 }
+
+// minSweep is the fewest keys a cache sweeps at; IdleAfter is how long a
+// key without a request or a queued slot stays.
+const (
+	minSweep  = 1024
+	IdleAfter = time.Minute
+)
 
 // keyLease is one key's leases on this node.
 type keyLease struct {
@@ -116,6 +126,7 @@ type keyLease struct {
 	want   int   // slots to ask for next
 	rtt    int64 // smoothed round trip of lease requests, ns
 	fetch  *leaseFetch
+	last   int64 // node clock: the last request (IdleAfter)
 }
 
 type heldLease struct {
@@ -137,7 +148,7 @@ const maxLeaseWant = 1 << 20
 
 // New returns the lease cache of a node.
 func New(d Deps) *Cache {
-	return &Cache{d: d, by: make(map[string]*keyLease)}
+	return &Cache{d: d, by: make(map[string]*keyLease), sweepAt: minSweep}
 }
 
 func (c *Cache) get(key string) *keyLease {
@@ -150,10 +161,37 @@ func (c *Cache) get(key string) *keyLease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if kl = c.by[key]; kl == nil {
+		if len(c.by) >= c.sweepAt {
+			c.sweepLocked(c.d.Now())
+			c.sweepAt = max(minSweep, 2*len(c.by))
+		}
 		kl = &keyLease{want: 1}
 		c.by[key] = kl
 	}
 	return kl
+}
+
+// sweepLocked drops the keys idle for IdleAfter: no request, no fetch in
+// flight and no slot still to serve. A dropped key starts again at a
+// one-slot lease. Amortised: it runs when the cache has doubled since the
+// last sweep. Callers hold c.mu for writing.
+func (c *Cache) sweepLocked(now int64) {
+	for key, kl := range c.by {
+		if !kl.mu.TryLock() {
+			continue // in use
+		}
+		if kl.fetch == nil && now-kl.last > int64(IdleAfter) && kl.covered(now) <= 0 {
+			delete(c.by, key)
+		}
+		kl.mu.Unlock()
+	}
+}
+
+// Keys is how many keys the cache holds.
+func (c *Cache) Keys() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.by)
 }
 
 type takeResult int

@@ -46,6 +46,7 @@ func (c *Cache) Reserve(ctx context.Context, key string, maxWait time.Duration) 
 			return raftpace.Reservation{}, &raftpace.LimitExceededError{Key: key, Wait: time.Duration(-remaining), MaxWait: maxWait}
 		}
 		kl.mu.Lock()
+		kl.last = now
 		at, useBy, r := kl.take(now, grace, remaining, d.SpendExpired)
 		switch r {
 		case taken:

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -135,5 +136,42 @@ func TestCache_FallbackStopsRetrying(t *testing.T) {
 	f.fallback.Store(true)
 	if _, err := c.Reserve(context.Background(), "k", time.Second); !errors.Is(err, ErrModeChanged) {
 		t.Fatalf("got %v, want ErrModeChanged", err)
+	}
+}
+
+// Keys idle for IdleAfter leave the cache once it has grown to its next
+// sweep; a key still holding slots to serve, or asked recently, stays.
+func TestCache_IdleKeysLeave(t *testing.T) {
+	f, c := newFake(t, time.Second, func(int32) (wire.Lease, error) {
+		return wire.Lease{Base: 0, Spacing: int64(time.Second), Count: 1}, nil
+	})
+	f.clock.Store(int64(time.Hour))
+	ctx := context.Background()
+	for i := range minSweep {
+		if _, err := c.Reserve(ctx, fmt.Sprintf("old%d", i), time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.wg.Wait()
+	// A key whose lease still has a slot to serve a minute from now.
+	c.mu.Lock()
+	kl := c.by["old0"]
+	c.mu.Unlock()
+	kl.mu.Lock()
+	kl.queued = 0
+	kl.install(wire.Lease{Base: int64(2 * IdleAfter), Spacing: 1, Count: 1}, f.clock.Load(), f.clock.Load())
+	kl.mu.Unlock()
+
+	f.clock.Add(int64(IdleAfter + time.Second))
+	if _, err := c.Reserve(ctx, "old1", time.Second); err != nil { // asked again: stays
+		t.Fatal(err)
+	}
+	f.wg.Wait()
+	if _, err := c.Reserve(ctx, "new", time.Second); err != nil { // the sweep
+		t.Fatal(err)
+	}
+	f.wg.Wait()
+	if got := c.Keys(); got != 3 {
+		t.Errorf("keys after the sweep = %d, want 3 (old0 with a slot ahead, old1 asked again, new)", got)
 	}
 }

@@ -18,8 +18,7 @@ func TestCursors_AheadIsTheTAT(t *testing.T) {
 	lim := fsm.Limit{Rate: 10, Burst: 1}
 	p := New(now, time.Second, 20*time.Millisecond,
 		func(string) (int64, bool) { return clock + int64(time.Second), true },
-		func() map[string]fsm.Limit { return map[string]fsm.Limit{"k": lim} })
-	p.SetLimit("k", lim, true)
+		only("k", lim))
 	p.mu.Lock()
 	p.keyLocked("k").tat = clock + int64(200*time.Millisecond)
 	p.mu.Unlock()

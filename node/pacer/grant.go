@@ -137,7 +137,7 @@ func (p *Pacer) Reserve(ctx context.Context, done <-chan struct{}, key string, c
 			p.mu.Unlock()
 			return 0, 0, wire.ErrNotLeader
 		}
-		ks := p.keys[key]
+		ks := p.keyLocked(key)
 		if ks == nil || !ks.hasLimit {
 			p.mu.Unlock()
 			return 0, 0, fmt.Errorf("node: reserve %q: %w", key, raftpace.ErrUnknownKey)
@@ -213,7 +213,7 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 			p.mu.Unlock()
 			return wire.Lease{}, wire.ErrNotLeader
 		}
-		ks := p.keys[key]
+		ks := p.keyLocked(key)
 		if ks == nil || !ks.hasLimit {
 			p.mu.Unlock()
 			return wire.Lease{}, fmt.Errorf("node: lease %q: %w", key, raftpace.ErrUnknownKey)

@@ -22,6 +22,14 @@ type Extension struct {
 // the look-ahead away. The Ahead of each entry is measured from now, which is
 // taken before the entry is proposed, so the leader's own horizon is the
 // earliest any node computes for the entry.
+//
+// It also forgets idle keys: a key without a request for IdleAfter whose
+// TAT has passed leaves the pacer, and, when the state holds a horizon for
+// it, gets an entry with Ahead 0, which removes that horizon everywhere.
+// That is safe by the rule every entry keeps: every slot ever granted for
+// the key is before its TAT, so before now, the moment the entry is
+// measured from; a later leader starts the key at its own now, which is
+// later still.
 func (p *Pacer) Collect() (Extension, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -30,13 +38,17 @@ func (p *Pacer) Collect() (Extension, bool) {
 	}
 	now := p.now()
 	ext := Extension{gen: p.gen, targets: make(map[string]int64)}
-	keys := make([]string, 0, len(p.keys))
-	for key := range p.keys {
-		keys = append(keys, key)
-	}
-	sort.Strings(keys)
-	for _, key := range keys {
-		ks := p.keys[key]
+	for key, ks := range p.keys {
+		if len(ext.Cmd.Entries) == maxExtendBatch {
+			break
+		}
+		if now-ks.seen > int64(p.IdleAfter) && ks.tat <= now && ks.need <= ks.horizon {
+			delete(p.keys, key)
+			if _, ok := p.tracked(key); ok {
+				ext.Cmd.Entries = append(ext.Cmd.Entries, fsm.HorizonEntry{Key: key})
+			}
+			continue
+		}
 		if !ks.hasLimit {
 			continue
 		}
@@ -58,10 +70,10 @@ func (p *Pacer) Collect() (Extension, bool) {
 		}
 		ext.Cmd.Entries = append(ext.Cmd.Entries, fsm.HorizonEntry{Key: key, Ahead: time.Duration(ahead)})
 		ext.targets[key] = target
-		if len(ext.Cmd.Entries) == maxExtendBatch {
-			break
-		}
 	}
+	// Map order is random; one order makes the entry's bytes depend only
+	// on what it says.
+	sort.Slice(ext.Cmd.Entries, func(i, j int) bool { return ext.Cmd.Entries[i].Key < ext.Cmd.Entries[j].Key })
 	return ext, len(ext.Cmd.Entries) > 0
 }
 

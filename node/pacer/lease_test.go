@@ -19,18 +19,24 @@ func testPacer(t testing.TB, lim fsm.Limit, span time.Duration) (*Pacer, *int64)
 	return leadingPacer(t, func() int64 { return clock }, lim, span), &clock
 }
 
+// only is a limitOf giving key lim and every other key none.
+func only(key string, lim fsm.Limit) func(string) (fsm.Limit, bool) {
+	return func(k string) (fsm.Limit, bool) { return lim, k == key }
+}
+
 // leadingPacer is a pacer on the clock now that leads, with key "k" at lim
 // and a horizon that never binds.
 func leadingPacer(t testing.TB, now func() int64, lim fsm.Limit, span time.Duration) *Pacer {
 	t.Helper()
 	p := New(now, time.Second, span,
 		func(string) (int64, bool) { return 0, false },
-		func() map[string]fsm.Limit { return map[string]fsm.Limit{"k": lim} })
-	p.SetLimit("k", lim, true)
+		only("k", lim))
 	if !p.Lead(p.StepDown()) {
 		t.Fatal("pacer did not lead")
 	}
-	p.keys["k"].horizon = 1 << 62
+	p.mu.Lock()
+	p.keyLocked("k").horizon = 1 << 62
+	p.mu.Unlock()
 	return p
 }
 

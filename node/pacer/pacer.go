@@ -12,6 +12,7 @@
 package pacer
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -35,8 +36,12 @@ type Pacer struct {
 	// Shares gives F, the part of each key's rate this leader may grant
 	// (package shares). nil means F = 1 always.
 	Shares  ShareSource
-	tracked func(key string) (int64, bool) // the fsm adapter's local horizons
-	limits  func() map[string]fsm.Limit
+	tracked func(key string) (int64, bool)     // the fsm adapter's local horizons
+	limitOf func(key string) (fsm.Limit, bool) // the state's, templates resolved
+	// IdleAfter: a key without a request for this long, its TAT and
+	// horizon passed, leaves memory, and its horizon leaves the state
+	// (Collect), so that keys made by templates stay bounded.
+	IdleAfter time.Duration
 	// Granted is told of every grant (outside mu), for the history.
 	Granted func(key string, count int)
 
@@ -54,7 +59,8 @@ type keyState struct {
 	tat      int64
 	horizon  int64 // committed horizon, valid for the current generation only
 	need     int64 // highest TAT a waiting request needs
-	demand   int64 // time of the last request
+	demand   int64 // time of the last request that could be granted
+	seen     int64 // time of the last request, granted or not (IdleAfter)
 	changed  chan struct{}
 	// held is, per node, the time of the last slot leased to it (this
 	// leadership only): a node already holding slots more than two spans
@@ -62,16 +68,23 @@ type keyState struct {
 	held map[string]int64
 }
 
-func New(now func() int64, ahead, span time.Duration, tracked func(string) (int64, bool), limits func() map[string]fsm.Limit) *Pacer {
+// DefaultIdleAfter is Pacer.IdleAfter unless changed.
+const DefaultIdleAfter = time.Minute
+
+// New returns a pacer on the clock now with look-ahead ahead and lease span
+// span. tracked gives a key's horizon as this node applied it, limitOf a
+// key's limit (its own or its template's).
+func New(now func() int64, ahead, span time.Duration, tracked func(string) (int64, bool), limitOf func(string) (fsm.Limit, bool)) *Pacer {
 	return &Pacer{
-		now:     now,
-		ahead:   int64(ahead),
-		span:    int64(span),
-		tracked: tracked,
-		limits:  limits,
-		keys:    make(map[string]*keyState),
-		kicks:   make(chan struct{}, 1),
-		Granted: func(string, int) {},
+		now:       now,
+		ahead:     int64(ahead),
+		span:      int64(span),
+		tracked:   tracked,
+		limitOf:   limitOf,
+		IdleAfter: DefaultIdleAfter,
+		keys:      make(map[string]*keyState),
+		kicks:     make(chan struct{}, 1),
+		Granted:   func(string, int) {},
 	}
 }
 
@@ -91,48 +104,69 @@ func (ks *keyState) wake() {
 	ks.changed = make(chan struct{})
 }
 
+// keyLocked returns key's state, made on first use when key has a limit
+// (its own or a template's); nil when it has none, so that requests for
+// unknown keys leave nothing behind. A new key starts at the horizon this
+// node applied for it: an idle key forgotten here may still have one.
 func (p *Pacer) keyLocked(key string) *keyState {
 	ks := p.keys[key]
 	if ks == nil {
+		lim, ok := p.limitOf(key)
+		if !ok {
+			return nil
+		}
 		ks = &keyState{changed: make(chan struct{})}
+		ks.setLimit(lim, true)
 		if h, ok := p.tracked(key); ok {
 			ks.tat = h
+		}
+		if p.Fresh && p.leading {
+			ks.tat = p.now() // as Lead does: the unsafe twin of the horizon
 		}
 		ks.horizon = ks.tat
 		p.keys[key] = ks
 	}
+	ks.seen = p.now()
 	return ks
 }
 
-// SetLimit follows a committed limit change (from the fsm adapter).
-func (p *Pacer) SetLimit(key string, lim fsm.Limit, ok bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ks := p.keyLocked(key)
+func (ks *keyState) setLimit(lim fsm.Limit, ok bool) {
 	ks.hasLimit = ok
 	if ok {
 		ks.limit = lim
 		ks.params = gcra.NewParams(int64(lim.Interval()), lim.Burst)
 	}
-	ks.wake()
 }
 
-// Reset reloads every limit after a snapshot restore.
-func (p *Pacer) Reset() {
-	lims := p.limits()
+// LimitChanged follows a committed limit change of key (from the fsm
+// adapter): the keys it covers read their limit again. For a template
+// that is every key in memory under its prefix; for a key, the key alone
+// (deleting its own limit may leave it a template's).
+func (p *Pacer) LimitChanged(key string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for key, ks := range p.keys {
-		if _, ok := lims[key]; !ok {
-			ks.hasLimit = false
+	if !fsm.IsTemplate(key) {
+		if ks := p.keys[key]; ks != nil {
+			ks.setLimit(p.limitOf(key))
+			ks.wake()
+		}
+		return
+	}
+	prefix := strings.TrimSuffix(key, fsm.Wildcard)
+	for k, ks := range p.keys {
+		if strings.HasPrefix(k, prefix) {
+			ks.setLimit(p.limitOf(k))
 			ks.wake()
 		}
 	}
-	for key, lim := range lims {
-		ks := p.keyLocked(key)
-		ks.hasLimit = true
-		ks.limit = lim
-		ks.params = gcra.NewParams(int64(lim.Interval()), lim.Burst)
+}
+
+// Reset reads every key's limit again after a snapshot restore.
+func (p *Pacer) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, ks := range p.keys {
+		ks.setLimit(p.limitOf(k))
 		ks.wake()
 	}
 }
