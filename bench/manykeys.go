@@ -19,7 +19,7 @@ import (
 // manyKeysLimit is every key's limit in the many-slow-keys group: slow
 // enough that a key's slots are seconds apart, so what is measured is
 // whether every key gets its share of leases, not how fast they come.
-var manyKeysLimit = client.Limit{Rate: 1, Burst: 1}
+var manyKeysLimit = client.Limit{Rate: 2, Burst: 1}
 
 // manyKeysNames returns the n keys of a many-slow-keys run: k0, k1, ...
 func manyKeysNames(n int) []string {

@@ -43,7 +43,7 @@ For each: reservation latency p50/p99 with 1 and 16 callers and
 reservations/s at an unlimited rate; then ceilings of 7, 1,000 and 100,000
 per second (burst 1) with demand at 3x the ceiling from 3 processes: the
 admitted rate as % of the ceiling and the worst window against R*W+B+R*50ms.
-With raftpace also "many slow keys": 10, 100 and 1,000 keys at 1/s each
+With raftpace also "many slow keys": 10, 100 and 1,000 keys at 2/s each
 (burst 1) with one closed-loop worker per key on each of 3 agents, the
 admitted % overall and of the worst key, and windows over the bound.
 An approach whose server (or, for python, python3, psycopg2 or redis-py)
