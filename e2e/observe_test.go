@@ -50,8 +50,16 @@ func TestObserveAgent(t *testing.T) {
 	loadFrom := time.Now()
 	base := "http://" + a.addrs.HTTPAddr
 
-	if code, body := obsGet(t, base+"/readyz"); code != 200 {
-		t.Errorf("/readyz: %d %s", code, body)
+	// Polled, as a probe would: the leader answers 503 until its barrier
+	// has applied, which may come after the limit above committed.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, body := obsGet(t, base+"/readyz")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz not 200 within 10s: %d %s", code, body)
+		}
 	}
 
 	t.Run("page", func(t *testing.T) {
