@@ -18,7 +18,11 @@
 //     (it may have made one before a crash), and spends no fraction until a
 //     leader renewed it once since it started (its stored fraction may be
 //     one it already handed back). Each key's local pacer starts afresh
-//     when a fallback begins: nothing carries over from an earlier one.
+//     when a fallback begins (nothing carries over from an earlier one),
+//     but no earlier than the key's overrun after the promise ended: a
+//     leader's last grant of a slow key may claim its rate that long
+//     (wire.ShareOverrun; 0 for keys faster than about one event per
+//     ShareTTL/3 of this node's fraction).
 //   - local or pooled -> stopped: after FallbackFor past the promise,
 //     without the witness. The leader reaps a silent member only after
 //     ShareTTL + FallbackFor + ReapMargin, so it has stopped spending by
@@ -30,7 +34,8 @@
 //     licence.
 //   - local <-> pooled: with Postgres, a member in fallback first tries the
 //     pool (admitting nothing meanwhile, so the pool and the local pacer
-//     never both spend f); it rejoins from local only once its local slots
+//     never both spend f), or paces locally first while a slow key's
+//     overrun lasts (the pool paces every key at once); it rejoins from local only once its local slots
 //     are past their use-by; it goes local when the pool is lost, and then
 //     paces only from the end of the pool's grants that counted f
 //     (registration + PoolTTL + PoolMaxWait + UseGrace).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,7 @@ type Config struct {
 // State is the replicated state as this node applied it (a *fsm.State).
 type State interface {
 	Limit(key string) (fsm.Limit, bool)
+	Limits() map[string]fsm.Limit // every limit and template
 	Cap(key string) (int, bool)
 	AppliedIndex() uint64
 }
@@ -124,8 +126,15 @@ type Fallback struct {
 	mu sync.Mutex
 	// promise: no fallback before this (node clock, s + ShareTTL). Written
 	// under mu, read without it by Current() on every reservation.
-	promise  atomic.Int64
-	since    int64            // fallback began
+	promise atomic.Int64
+	since   int64 // fallback began
+	// lapsed is when the promise that ended the last fallback's raft mode
+	// ran out: a leader's grants may claim each key's rate up to
+	// wire.ShareOverrun past it, so local pacing of a key starts no
+	// earlier than that (local.go), and the pool is joined only once the
+	// longest of them is over (poolFrom).
+	lapsed   int64
+	poolFrom int64
 	keys     map[string]int64 // local pacer TAT per key
 	lastSlot int64            // latest fallback slot granted
 	// poolUntil bounds the pool's grants that count this node's fraction
@@ -219,11 +228,15 @@ func (fb *Fallback) advanceLocked(now int64) Mode {
 	if m == ModeRaft && now >= fb.promiseAt() {
 		m = ModeLocal
 		fb.since = now
-		clear(fb.keys) // each key starts with an empty bucket: no burst
+		fb.lapsed = fb.promiseAt()
+		clear(fb.keys) // each key starts afresh (local.go: after its overrun)
 		// With Postgres configured, try the pool first (watch decides);
 		// admit nothing locally meanwhile, or the pool and the local pacer
-		// could both spend the fraction.
-		fb.pending = fb.d.Pool != nil
+		// could both spend the fraction. The pool paces every key at once,
+		// so a slow key's overrun defers the whole pool: local pacing
+		// until then.
+		fb.poolFrom = fb.lapsed + fb.longestOverrun()
+		fb.pending = fb.d.Pool != nil && now >= fb.poolFrom
 	}
 	switch {
 	case fb.cfg.Witnessed:
@@ -276,6 +289,30 @@ func (fb *Fallback) announce(m Mode, attrs ...any) {
 		fb.d.Log.Warn("no leader renewed this node's share: pooling its fallback fraction in postgres",
 			"from", prev.String(), "fraction", fb.fraction(), "stop_after", fb.cfg.FallbackFor)
 	}
+}
+
+// overrun is how long after the promise lapsed a key of limit lim may
+// still be claimed by a leader's grants (wire.ShareOverrun at this node's
+// interval for it: never shorter than the leader's while it held the
+// share); f is the node's fraction.
+func (fb *Fallback) overrun(lim fsm.Limit, f float64) int64 {
+	if f <= 0 {
+		return 0
+	}
+	interval := time.Duration(math.Ceil(float64(lim.Interval()) / f))
+	return int64(wire.ShareOverrun(interval, fb.cfg.ShareTTL))
+}
+
+// longestOverrun is the largest overrun of every limit this node applied.
+// Zero unless a key is slower than about one event per ShareTTL/3 of this
+// node's fraction.
+func (fb *Fallback) longestOverrun() int64 {
+	f := fb.fraction()
+	var most int64
+	for _, lim := range fb.d.State.Limits() {
+		most = max(most, fb.overrun(lim, f))
+	}
+	return most
 }
 
 // Renew answers a leader's renewal: no fallback before now + ShareTTL. A

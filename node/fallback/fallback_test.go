@@ -148,16 +148,25 @@ func TestLocalBudget(t *testing.T) {
 }
 
 // A small fraction still has a burst of one; the interval scales by 1/f.
+// At 1 s per event the interval is longer than ShareTTL/3, so the key
+// starts its overrun (wire.ShareOverrun: 1s - 333ms) after the lapse: a
+// leader's last grant may claim its rate until then.
 func TestLocalBudgetSmallFraction(t *testing.T) {
 	h := newHarness(t, defaultConfig(), nil)
 	h.setFraction(0.01) // 1/s of 100/s, burst floor(0.2) -> 1
 	h.lapsed()
 	now := h.at(shareTTL)
-	if _, err := h.fb.Reserve("k", 1, 0); err != nil {
-		t.Fatal(err)
+	overrun := time.Second - shareTTL/3
+	var le *raftpace.LimitExceededError
+	if _, err := h.fb.Reserve("k", 1, 0); !errors.As(err, &le) || le.Wait != overrun {
+		t.Fatalf("first event at f=0.01 at once: %v, want LimitExceededError waiting %v", err, overrun)
 	}
 	r, err := h.fb.Reserve("k", 1, time.Hour)
-	if err != nil || !r.At.Equal(epoch.Add(time.Duration(now)+time.Second)) {
+	if err != nil || !r.At.Equal(epoch.Add(time.Duration(now)+overrun)) {
+		t.Fatalf("first event at f=0.01: %v %v, want %v after the lapse", r, err, overrun)
+	}
+	r, err = h.fb.Reserve("k", 1, time.Hour)
+	if err != nil || !r.At.Equal(epoch.Add(time.Duration(now)+overrun+time.Second)) {
 		t.Fatalf("second event at f=0.01: %v %v, want 1s later", r, err)
 	}
 	if _, err := h.fb.Reserve("k", 2, time.Hour); !errors.Is(err, raftpace.ErrInvalidRequest) {

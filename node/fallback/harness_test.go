@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"maps"
 	"math"
 	"strings"
 	"sync"
@@ -42,6 +43,12 @@ func (s *fakeState) Limit(key string) (fsm.Limit, bool) {
 	defer s.mu.Unlock()
 	l, ok := s.limits[key]
 	return l, ok
+}
+
+func (s *fakeState) Limits() map[string]fsm.Limit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.limits)
 }
 
 func (s *fakeState) Cap(key string) (int, bool) {
@@ -103,7 +110,7 @@ func newHarness(t *testing.T, cfg Config, pool *Pool) *harness {
 	h := &harness{
 		t: t,
 		state: &fakeState{
-			limits:  map[string]fsm.Limit{"k": {Rate: 100, Burst: 20}, "c": {Rate: 10, Burst: 1}},
+			limits:  map[string]fsm.Limit{"k": {Rate: 100, Burst: 20}, "c": {Rate: 20, Burst: 1}},
 			caps:    map[string]int{"c": 8},
 			applied: 42,
 		},

@@ -89,7 +89,9 @@ func (fb *Fallback) Reserve(key string, count int, maxWait time.Duration) (raftp
 	p := gcra.NewParams(interval, burst)
 	tat, ok := fb.keys[key]
 	if !ok {
-		tat = now
+		// A leader's last grants may claim the key up to its overrun past
+		// the lapse (wire.ShareOverrun; 0 unless the key is slow).
+		tat = max(now, fb.lapsed+fb.overrun(lim, f))
 	}
 	// After the pool was lost, nothing before the pool's grants that
 	// counted this fraction are surely over.

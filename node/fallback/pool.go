@@ -29,7 +29,7 @@ func (fb *Fallback) tendPool(ctx context.Context) {
 	m := Mode(fb.mode.Load())
 	now := fb.d.Now()
 	retry := m == ModeLocal || (m == ModeStopped && fb.cfg.Witnessed && !fb.departed)
-	if retry && !fb.pending && fb.d.Pool.Reachable() && now-fb.lastTry > int64(5*time.Second) {
+	if retry && !fb.pending && now >= fb.poolFrom && fb.d.Pool.Reachable() && now-fb.lastTry > int64(5*time.Second) {
 		// Postgres is back: rejoin the pool. Stop granting locally first;
 		// join only once the local slots are past their use-by, or the
 		// pool and this node would both spend the fraction.

@@ -435,3 +435,37 @@ func TestRejoinFromLocal(t *testing.T) {
 		t.Fatalf("after the local slots' use-by: %s, joins %d; want pooled", m, len(fp.joins))
 	}
 }
+
+// A key slower than ShareTTL/3 of this node's fraction may be claimed by
+// a leader's last grant up to its overrun past the lapse (wire.ShareOverrun).
+// The pool paces every key at once, so the node paces locally until the
+// longest overrun is over, then joins; locally, the slow key starts after
+// its overrun and the others at once.
+func TestSlowKeyDefersThePool(t *testing.T) {
+	fp := &fakePool{reachable: true}
+	h := newHarness(t, defaultConfig(), fp.pool())
+	h.state.mu.Lock()
+	h.state.limits["slow"] = fsm.Limit{Rate: 1, Burst: 1} // 4 s at f = 0.25
+	h.state.mu.Unlock()
+	overrun := 4*time.Second - shareTTL/3
+	h.lapsed()
+	now := h.at(shareTTL)
+	if _, err := h.fb.Reserve("k", 1, 0); err != nil {
+		t.Fatalf("a fast key in local fallback: %v, want at once", err)
+	}
+	r, err := h.fb.Reserve("slow", 1, time.Hour)
+	if err != nil || !r.At.Equal(epoch.Add(time.Duration(now)+overrun)) {
+		t.Fatalf("the slow key: %v %v, want at its overrun %v after the lapse", r, err, overrun)
+	}
+	h.at(shareTTL + overrun - time.Millisecond)
+	h.fb.tendPool(context.Background())
+	if len(fp.joins) != 0 || h.fb.Current() != ModeLocal {
+		t.Fatalf("joined the pool before the slow key's overrun: joins %v, mode %s", fp.joins, h.fb.Current())
+	}
+	h.at(shareTTL + overrun + useGrace + time.Millisecond) // past the slow slot's use-by too
+	h.fb.tendPool(context.Background())                    // stops local pacing
+	h.fb.tendPool(context.Background())                    // joins
+	if len(fp.joins) != 1 || h.fb.Current() != ModePooled {
+		t.Fatalf("after the overrun: joins %v, mode %s, want pooled", fp.joins, h.fb.Current())
+	}
+}

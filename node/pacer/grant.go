@@ -97,6 +97,44 @@ func (p *Pacer) wait(deadline int64, ch <-chan struct{}, ctx context.Context, do
 type ShareSource interface {
 	Fraction(a, b int64) float64
 	Changes() <-chan struct{}
+	// Overrun is how far past the shares' reach a grant paced at
+	// interval may claim the rate (wire.ShareOverrun).
+	Overrun(interval int64) int64
+}
+
+// needed returns how far the shares must reach for a grant whose claim on
+// the rate ends at end, paced at interval: all of it but the overrun
+// members leave alone when their share lapses (wire.ShareOverrun). Without
+// it no key slower than a share's reach (about ShareTTL) could be granted.
+func (p *Pacer) needed(end, interval int64) int64 {
+	if p.Shares == nil {
+		return end
+	}
+	return end - p.Shares.Overrun(interval)
+}
+
+// maxSettle bounds the rounds of settle; F takes one value per set of
+// members not held, so it settles long before.
+const maxSettle = 64
+
+// settle returns the key's parameters for a grant at now whose claim on
+// the rate ends at end(params): scaled by F over [now, needed(end)]. A
+// smaller F stretches the claim, which may reach a later, smaller F; F
+// only falls as the claim grows, so the rounds end. !ok: the shares do
+// not reach far enough for any F.
+func (p *Pacer) settle(ks *keyState, now int64, end func(gcra.Params) int64) (gcra.Params, bool) {
+	params, ok := p.scaled(ks, now, now)
+	for i := 0; ok && i < maxSettle; i++ {
+		later, fits := p.scaled(ks, now, p.needed(end(params), params.Interval))
+		if !fits {
+			return gcra.Params{}, false
+		}
+		if later == params {
+			return params, true
+		}
+		params = later
+	}
+	return gcra.Params{}, false
 }
 
 // shareWait returns the channel a request waits on for its share, or nil
@@ -144,14 +182,13 @@ func (p *Pacer) Reserve(ctx context.Context, done <-chan struct{}, key string, c
 		}
 		shareCh := p.shareWait() // before F is read: see awaitShare
 		now := p.now()
-		params, ok := p.scaled(ks, now, now)
+		params, ok := p.settle(ks, now, func(q gcra.Params) int64 {
+			_, end, _ := gcra.Reserve(ks.tat, q, now, count) // an error is the call's below
+			return end
+		})
 		var start, newTAT int64
 		if ok {
 			start, newTAT, err = gcra.Reserve(ks.tat, params, now, count)
-			var later gcra.Params
-			if later, ok = p.scaled(ks, now, newTAT); err == nil && ok && later != params {
-				start, newTAT, err = gcra.Reserve(ks.tat, later, now, count)
-			}
 		}
 		if !ok {
 			if err := p.awaitShare(ks, key, now, max(now, ks.tat), maxWait, h, shareCh, ctx, done); err != nil {
@@ -221,12 +258,9 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 		shareCh := p.shareWait() // before F is read: see awaitShare
 		now := p.now()
 		tatp := max(now, ks.tat)
-		params, ok := p.scaled(ks, now, now)
-		if ok {
-			// Scale for the first slot; a lease of several slots is cut
-			// below to those the share reaches.
-			params, ok = p.scaled(ks, now, tatp+params.Interval)
-		}
+		// Scale for the first slot; a lease of several slots is cut below
+		// to those the share reaches.
+		params, ok := p.settle(ks, now, func(q gcra.Params) int64 { return tatp + q.Interval })
 		if !ok {
 			// Not even the first slot is in the share's reach (a slow
 			// key's queue runs further ahead than the last renewal's
@@ -260,7 +294,7 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 		// Every slot must be paced at this F: cut the lease where the
 		// share's reach (or F) changes rather than refuse it.
 		for n > 1 {
-			if later, ok := p.scaled(ks, now, tatp+n*T); ok && later == params {
+			if later, ok := p.scaled(ks, now, p.needed(tatp+n*T, T)); ok && later == params {
 				break
 			}
 			n /= 2

@@ -169,3 +169,87 @@ func TestPacer_HorizonWaitDoesNotCountAgainstMaxWait(t *testing.T) {
 		t.Fatal("the reservation still waits after the horizon moved")
 	}
 }
+
+// slowPacer is a leading pacer for one slow key ("k", 0.1/s, burst 1)
+// whose leader holds the only member's share ("a", the whole rate) for
+// 2 s from each renewal: a single-node cluster.
+func slowPacer(t *testing.T) (*Pacer, *shares.Shares, *testClock) {
+	t.Helper()
+	clock := &testClock{}
+	clock.Store(1e12)
+	p := leadingPacer(t, clock.Load, fsm.Limit{Rate: 0.1, Burst: 1}, 20*time.Millisecond)
+	s := shares.New(clock.Load, 2*time.Second)
+	s.Lead([]fsm.Member{{ID: "a", Fraction: 1}})
+	p.Shares = s
+	return p, s, clock
+}
+
+// A key slower than a share's reach (10 s per event, shares reaching 2 s)
+// is granted: the leader needs the shares for its slot and ShareTTL/3 of
+// its claim, not for the whole interval (wire.ShareOverrun). It was
+// never granted at all, on any cluster: every request waited for a reach
+// no renewal gives and ended in ErrNoShare.
+func TestPacer_KeySlowerThanTheShareReach(t *testing.T) {
+	p, s, clock := slowPacer(t)
+	s.Renewed("a", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1})
+	wait, _, err := p.Reserve(context.Background(), nil, "k", 1, 0)
+	if err != nil || wait != 0 {
+		t.Fatalf("first event of a 0.1/s key: wait %v, %v; want at once", wait, err)
+	}
+	// The next slot is 10 s away: far past the reach, and the caller
+	// waits for no more than 5 s.
+	var le *raftpace.LimitExceededError
+	if _, _, err := p.Reserve(context.Background(), nil, "k", 1, 5*time.Second); !errors.As(err, &le) || le.Wait != 10*time.Second {
+		t.Fatalf("second event within 5s: %v, want LimitExceededError waiting 10s", err)
+	}
+	// Ten seconds on, renewed: the second slot, and a lease of the third.
+	clock.Add(int64(10 * time.Second))
+	s.Renewed("a", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1})
+	if wait, _, err := p.Reserve(context.Background(), nil, "k", 1, 0); err != nil || wait != 0 {
+		t.Fatalf("second event 10s later: wait %v, %v", wait, err)
+	}
+	clock.Add(int64(10 * time.Second))
+	s.Renewed("a", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1})
+	if l, err := p.Lease(context.Background(), nil, "k", "m", 4, 0); err != nil || l.Count != 1 || l.Base != 0 {
+		t.Fatalf("lease of the third: %+v, %v; want one slot at once", l, err)
+	}
+}
+
+// The overrun is all the leader may claim past the reach: a slot whose
+// first ShareTTL/3 the shares do not cover waits for the next renewal.
+func TestPacer_SlowKeyNeedsTheShareForItsSlot(t *testing.T) {
+	p, s, clock := slowPacer(t)
+	s.Renewed("a", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1})
+	// 1.5 s on the share reaches 0.5 s ahead: less than ShareTTL/3.
+	clock.Add(int64(1500 * time.Millisecond))
+	if _, _, err := p.Reserve(context.Background(), nil, "k", 1, 0); !errors.Is(err, ErrNoShare) {
+		t.Fatalf("a slot with 0.5s of share: %v, want ErrNoShare", err)
+	}
+	s.Renewed("a", clock.Load(), clock.Load(), wire.ShareAnswer{Fraction: 1})
+	s.RoundDone()
+	if wait, _, err := p.Reserve(context.Background(), nil, "k", 1, 0); err != nil || wait != 0 {
+		t.Fatalf("after the renewal: wait %v, %v", wait, err)
+	}
+}
+
+// With a member not held, F falls and the claim stretches; the pacing
+// settles on the F of the claim it makes: a third of the members
+// unheld paces the slow key at 2/3 of its rate.
+func TestPacer_SlowKeySettlesOnItsF(t *testing.T) {
+	clock := &testClock{}
+	clock.Store(1e12)
+	p := leadingPacer(t, clock.Load, fsm.Limit{Rate: 0.1, Burst: 1}, 20*time.Millisecond)
+	s := shares.New(clock.Load, 2*time.Second)
+	s.Lead([]fsm.Member{{ID: "a", Fraction: 1.0 / 3}, {ID: "b", Fraction: 1.0 / 3}, {ID: "c", Fraction: 1.0 / 3}})
+	p.Shares = s
+	now := clock.Load()
+	s.Renewed("a", now, now, wire.ShareAnswer{Fraction: 1.0 / 3})
+	s.Renewed("b", now, now, wire.ShareAnswer{Fraction: 1.0 / 3})
+	if wait, _, err := p.Reserve(context.Background(), nil, "k", 1, 0); err != nil || wait != 0 {
+		t.Fatalf("first event at F=2/3: wait %v, %v", wait, err)
+	}
+	var le *raftpace.LimitExceededError
+	if _, _, err := p.Reserve(context.Background(), nil, "k", 1, 0); !errors.As(err, &le) || le.Wait != 15*time.Second {
+		t.Fatalf("second event: %v, want LimitExceededError waiting 15s (10s / (2/3))", err)
+	}
+}

@@ -187,6 +187,12 @@ func (s *Shares) Renewed(id string, q, r int64, a wire.ShareAnswer) {
 	s.touch()
 }
 
+// Overrun is how far past the shares' reach a grant paced at interval
+// may claim the rate (wire.ShareOverrun at this leader's ShareTTL).
+func (s *Shares) Overrun(interval int64) int64 {
+	return int64(wire.ShareOverrun(time.Duration(interval), time.Duration(s.ttl)))
+}
+
 // fracEpsilon is the rounding tolerance of a sum of fractions.
 const fracEpsilon = 1e-9
 

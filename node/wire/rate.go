@@ -45,6 +45,24 @@ type RemoveServerReq struct {
 
 type ShareReq struct{ Leader string }
 
+// ShareOverrun is how far past the reach of the shares it counted a
+// leader's grant paced at interval may claim the rate, and so how long a
+// member that enters fallback leaves each key of that interval alone
+// (node/DESIGN.md, "Slow keys"). Both sides derive it from ShareTTL.
+//
+// A grant at slot t paced at interval T claims the rate over [t, t+T):
+// the leader needs the shares it counts for all of it, but a share
+// reaches only about ShareTTL ahead, so a key slower than that could
+// never be granted (a key at 0.5/s on one node never was). So the leader
+// needs the shares for all but ShareOverrun of the claim, and a member
+// whose lapsed share the claim may run into starts each key's fallback
+// pacing ShareOverrun of its own interval (never shorter than the
+// leader's: f_i <= F while i's share is held) after its promise ended.
+// At intervals up to ShareTTL/3 it is 0: nothing changes for them.
+func ShareOverrun(interval, shareTTL time.Duration) time.Duration {
+	return max(0, interval-shareTTL/3)
+}
+
 // ShareAnswer is a member's answer to a renewal: it applies Fraction as of
 // raft index Applied, and its fallback slots reach Busy past the answer.
 type ShareAnswer struct {
