@@ -182,21 +182,32 @@ func (l Limit) Validate() error {
 
 func (l Limit) problems() []error {
 	var errs []error
+	for _, p := range l.Explain("Rate", "Burst") {
+		errs = append(errs, fmt.Errorf("%w: %s", ErrInvalidLimit, p))
+	}
+	return errs
+}
+
+// Explain returns every rule l breaks, each naming its field as rate and
+// burst call it (Validate's "Rate" and "Burst"; a command line's
+// "--rate" and "--burst"): "--rate -1: must be > 0". None when l is valid.
+func (l Limit) Explain(rate, burst string) []string {
+	var out []string
 	switch {
 	case math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0):
-		errs = append(errs, fmt.Errorf("%w: Rate %v: must be finite", ErrInvalidLimit, l.Rate))
+		out = append(out, fmt.Sprintf("%s %v: must be finite", rate, l.Rate))
 	case l.Rate <= 0:
-		errs = append(errs, fmt.Errorf("%w: Rate %v: must be > 0", ErrInvalidLimit, l.Rate))
+		out = append(out, fmt.Sprintf("%s %v: must be > 0", rate, l.Rate))
 	case l.Rate > MaxRate:
-		errs = append(errs, fmt.Errorf("%w: Rate %v: must be <= %v (MaxRate)", ErrInvalidLimit, l.Rate, float64(MaxRate)))
+		out = append(out, fmt.Sprintf("%s %v: must be <= %v (MaxRate)", rate, l.Rate, float64(MaxRate)))
 	}
 	switch {
 	case l.Burst < 1:
-		errs = append(errs, fmt.Errorf("%w: Burst %d: must be >= 1", ErrInvalidLimit, l.Burst))
+		out = append(out, fmt.Sprintf("%s %d: must be >= 1", burst, l.Burst))
 	case l.Burst > MaxBurst:
-		errs = append(errs, fmt.Errorf("%w: Burst %d: must be <= %d (MaxBurst)", ErrInvalidLimit, l.Burst, MaxBurst))
+		out = append(out, fmt.Sprintf("%s %d: must be <= %d (MaxBurst)", burst, l.Burst, MaxBurst))
 	}
-	return errs
+	return out
 }
 
 // Interval returns the emission interval T = 1/Rate: the smallest whole
@@ -412,4 +423,21 @@ func firstDuplicate[E any](es []E, name func(E) string) (i, j int, ok bool) {
 		seen[name(e)] = j
 	}
 	return 0, 0, false
+}
+
+// MinRate is the slowest rate a limit may be set to: one event per 30
+// minutes. A key's slots are granted only under a horizon at most
+// MaxHorizonAhead (an hour) ahead, less two HorizonAhead (up to a
+// minute each), so a key slower than one event per 58 minutes could never
+// be granted at all; the minimum leaves a margin. It is
+// checked where a limit enters (node.SetLimit, the CLI), not by Validate: a
+// replicated entry must be applied alike by every version of the node.
+const MinRate = 1.0 / 1800
+
+// CheckMinRate refuses a rate below MinRate, saying why.
+func CheckMinRate(rate float64) error {
+	if rate > 0 && rate < MinRate {
+		return fmt.Errorf("rate %v/s: below the minimum %.6g/s (one event per 30 min): a slower key could never be granted, its slots lying past the hour a horizon may reach", rate, MinRate)
+	}
+	return nil
 }

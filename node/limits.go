@@ -17,7 +17,7 @@ func (n *Node) SetLimit(ctx context.Context, key string, lim fsm.Limit) error {
 	if err := fsm.ValidateKey(key); err != nil {
 		return fmt.Errorf("node: set limit: %w: %w", raftpace.ErrInvalidRequest, err)
 	}
-	if err := lim.Validate(); err != nil {
+	if err := errors.Join(lim.Validate(), fsm.CheckMinRate(lim.Rate)); err != nil {
 		return fmt.Errorf("node: set limit %q: %w: %w", key, raftpace.ErrInvalidRequest, err)
 	}
 	what := fmt.Sprintf("set limit %q", key)

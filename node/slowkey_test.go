@@ -7,6 +7,7 @@ import (
 	"github.com/raftpace/raftpace/internal/timeline"
 	"github.com/raftpace/raftpace/node"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +65,23 @@ func TestNode_KeySlowerThanTheShareReach(t *testing.T) {
 			t.Fatalf("%d node(s): first event at %v, want at once", size, time.Until(first.At))
 		}
 		if size == 1 {
+			// Slower than fsm.MinRate could never be granted: refused
+			// where it enters, saying so; MinRate itself is granted.
+			for _, r := range []float64{1e-300, fsm.MinRate * 0.99} {
+				if err := n.SetLimit(ctx, "never", fsm.Limit{Rate: r, Burst: 1}); !errors.Is(err, raftpace.ErrInvalidRequest) ||
+					!strings.Contains(err.Error(), "below the minimum") {
+					t.Errorf("rate %v: %v, want ErrInvalidRequest below the minimum", r, err)
+				}
+			}
+			if err := n.SetLimit(ctx, "slowest", fsm.Limit{Rate: fsm.MinRate, Burst: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.Reserve(ctx, "slowest", 1, time.Second); err != nil {
+				t.Errorf("the first event of a key at MinRate: %v", err)
+			}
+			if _, err := n.Reserve(ctx, "slowest", 1, time.Second); !errors.As(err, &le) || le.Wait < 29*time.Minute {
+				t.Errorf("the second event of a key at MinRate: %v, want LimitExceededError waiting 30 min", err)
+			}
 			continue
 		}
 		// Under load from every node, a key at 0.5/s (2 s per event, as
