@@ -326,37 +326,35 @@ func (c Config) Validate() error {
 	if t.CommitTimeout < time.Millisecond {
 		bad("Timing.CommitTimeout", t.CommitTimeout, "must be at least 1ms")
 	}
-	if c.HorizonAhead < 10*time.Millisecond || c.HorizonAhead > time.Minute {
-		bad("HorizonAhead", c.HorizonAhead, "must be 10ms..1m")
+	// within reports whether d lies in lo..hi and reports field if not. A
+	// rule relative to another field is checked only when that field is
+	// valid: one mistake is reported once, not again as the cause of another.
+	within := func(field string, d, lo, hi time.Duration, rule string) bool {
+		if d < lo || d > hi {
+			bad(field, d, rule)
+			return false
+		}
+		return true
 	}
-	if c.UseGrace < time.Millisecond || c.UseGrace > 10*time.Second {
-		bad("UseGrace", c.UseGrace, "must be 1ms..10s")
-	}
-	if c.ShareTTL < 30*time.Millisecond || c.ShareTTL > 10*time.Minute {
-		bad("ShareTTL", c.ShareTTL, "must be 30ms..10m")
-	}
-	if c.FallbackFor < 0 || c.FallbackFor > 24*time.Hour {
-		bad("FallbackFor", c.FallbackFor, "must be 0..24h")
-	}
-	if c.PostgresURL != "" && c.ReapMargin < poolTTL+poolMaxWait+c.UseGrace+time.Second {
+	horizonOK := within("HorizonAhead", c.HorizonAhead, 10*time.Millisecond, time.Minute, "must be 10ms..1m")
+	graceOK := within("UseGrace", c.UseGrace, time.Millisecond, 10*time.Second, "must be 1ms..10s")
+	ttlOK := within("ShareTTL", c.ShareTTL, 30*time.Millisecond, 10*time.Minute, "must be 30ms..10m")
+	within("FallbackFor", c.FallbackFor, 0, 24*time.Hour, "must be 0..24h")
+	if c.PostgresURL != "" && graceOK && c.ReapMargin < poolTTL+poolMaxWait+c.UseGrace+time.Second {
 		bad("ReapMargin", c.ReapMargin, fmt.Sprintf("with PostgresURL must be at least %v: the pool may spend a member's fraction that long after it stops", poolTTL+poolMaxWait+c.UseGrace+time.Second))
 	}
-	if c.FailedServerAfter < c.ShareTTL/2 || c.FailedServerAfter > time.Hour {
+	if (ttlOK && c.FailedServerAfter < c.ShareTTL/2) || c.FailedServerAfter > time.Hour {
 		bad("FailedServerAfter", c.FailedServerAfter, "must be ShareTTL/2..1h (renewals go out every ShareTTL/3)")
 	}
-	if c.WitnessTTL < 300*time.Millisecond || c.WitnessTTL > 10*time.Minute {
-		bad("WitnessTTL", c.WitnessTTL, "must be 300ms..10m")
-	}
+	within("WitnessTTL", c.WitnessTTL, 300*time.Millisecond, 10*time.Minute, "must be 300ms..10m")
 	if c.CheckpointEvery < 100*time.Millisecond {
 		bad("CheckpointEvery", c.CheckpointEvery, "must be at least 100ms")
 	}
 	if c.ReapMargin < time.Second {
 		bad("ReapMargin", c.ReapMargin, "must be at least 1s")
 	}
-	if c.MaxSlotTTL < 10*time.Millisecond || c.MaxSlotTTL > fsm.MaxSlotTTL {
-		bad("MaxSlotTTL", c.MaxSlotTTL, fmt.Sprintf("must be 10ms..%v", fsm.MaxSlotTTL))
-	}
-	if c.LeaseSpan < time.Millisecond || c.LeaseSpan*2 >= c.HorizonAhead {
+	within("MaxSlotTTL", c.MaxSlotTTL, 10*time.Millisecond, fsm.MaxSlotTTL, fmt.Sprintf("must be 10ms..%v", fsm.MaxSlotTTL))
+	if c.LeaseSpan < time.Millisecond || (horizonOK && c.LeaseSpan*2 >= c.HorizonAhead) {
 		bad("LeaseSpan", c.LeaseSpan, "must be at least 1ms and less than HorizonAhead/2")
 	}
 	if _, err := c.tlsConfig(); err != nil {

@@ -52,7 +52,22 @@ func (a *hcAdapter) Log(level hclog.Level, msg string, args ...any) {
 		// error; it is not one.
 		level = hclog.Debug
 	}
+	if level == hclog.Warn && msg == "heartbeat timeout reached, starting election" && noLastLeader(args) {
+		// A node that never had a leader (every start) elects one this
+		// way: routine, not a warning. With a last leader it stays WARN.
+		level = hclog.Info
+	}
 	a.l.Log(context.Background(), toSlog(level), msg, a.args(args)...)
+}
+
+// noLastLeader reports whether raft's arguments name no last leader.
+func noLastLeader(args []any) bool {
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, ok := args[i].(string); ok && k == "last-leader-addr" {
+			return fmt.Sprint(args[i+1]) == ""
+		}
+	}
+	return false
 }
 
 // reserved are keys the handler or this package set on every line: an

@@ -82,3 +82,18 @@ func TestStdLogger(t *testing.T) {
 		t.Errorf("%v", ls)
 	}
 }
+
+// A node's first election (no last leader: every start) is routine, so
+// raft's WARN for it is logged at INFO; an election after a leader was
+// lost stays a warning.
+func TestHCLog_FirstElectionIsInfo(t *testing.T) {
+	var b bytes.Buffer
+	h := HCLog(slog.New(slog.NewJSONHandler(&b, nil)), "raft")
+	type serverAddress string // as raft's ServerAddress
+	h.Warn("heartbeat timeout reached, starting election", "last-leader-addr", serverAddress(""), "last-leader-id", "")
+	h.Warn("heartbeat timeout reached, starting election", "last-leader-addr", serverAddress("10.0.0.1:7400"), "last-leader-id", "n2")
+	ls := lines(t, &b)
+	if len(ls) != 2 || ls[0]["level"] != "INFO" || ls[1]["level"] != "WARN" {
+		t.Fatalf("levels: %v", ls)
+	}
+}

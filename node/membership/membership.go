@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -194,10 +195,28 @@ func (m *Membership) Join(ctx context.Context, addrs []string) (int, error) {
 		if keyMismatch(err) {
 			return 0, fmt.Errorf("node: join %v: refused: %s: %w", addrs, KeyHint, err)
 		}
-		return 0, fmt.Errorf("node: join %v: no address answered: %w", addrs, err)
+		return 0, fmt.Errorf("node: join %v: no address answered: %w", addrs, flatJoinError{err})
 	}
 	return count, nil
 }
+
+// flatJoinError prints memberlist's join error (a go-multierror: "1 error
+// occurred:\n\t* ...\n\n") as one line, its errors joined by "; ".
+type flatJoinError struct{ err error }
+
+func (e flatJoinError) Error() string {
+	many, ok := e.err.(interface{ WrappedErrors() []error })
+	if !ok || e.err == nil {
+		return fmt.Sprint(e.err)
+	}
+	var parts []string
+	for _, err := range many.WrappedErrors() {
+		parts = append(parts, strings.TrimSpace(err.Error()))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e flatJoinError) Unwrap() error { return e.err }
 
 // SoleVoter reports whether this node is the only voter of raft's
 // configuration (unknown configuration: false).
