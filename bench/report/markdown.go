@@ -47,7 +47,7 @@ func (r *Report) Markdown() string {
 		r.Python.section(&b)
 	}
 	if len(r.Targets) > 0 {
-		b.WriteString("## Targets (issue #3)\n\n| target | wanted | measured | met |\n|---|---|---|---|\n")
+		b.WriteString("## Performance targets\n\n| target | wanted | measured | met |\n|---|---|---|---|\n")
 		for _, t := range r.Targets {
 			met := "no"
 			switch {

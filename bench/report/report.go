@@ -170,7 +170,8 @@ func (c *CeilingResult) Window(w time.Duration) *WindowCheck {
 	return nil
 }
 
-// Target is one of issue #3's targets with the figure this run measured.
+// Target is one of the project's performance targets (hot path, follower
+// round trip, ceiling at scale) with the figure this run measured.
 type Target struct {
 	Name     string `json:"name"`
 	Want     string `json:"want"`

@@ -249,7 +249,7 @@ loop:
 	}
 	printVerdict(out, rep, elapsed, ids)
 	if chaos != nil {
-		printRecovery(out, chaos, events, start.Add(elapsed), d.Rate, d.Nodes)
+		printRecovery(out, chaos, events, start, start.Add(elapsed), d.Rate, d.Nodes)
 	}
 	return rep.OK(), nil
 }
