@@ -67,6 +67,7 @@ var rooms = map[string][]string{
 	"bench": {"agent/admin", "bench/baseline", "bench/load", "bench/report", "client",
 		"internal/timeline", "node/report"},
 	// The binary: dispatch and flags in main, one job per internal package.
+	"cmd/raftpace/internal/cmdline":    {},
 	"cmd/raftpace/internal/atomicfile": {},
 	"cmd/raftpace/internal/certs":      {"cmd/raftpace/internal/atomicfile"},
 	"cmd/raftpace/internal/render":     {"fsm", "node/report"},

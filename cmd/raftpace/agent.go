@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/agent"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 	"github.com/raftpace/raftpace/node"
 )
 
@@ -66,10 +68,11 @@ counts at exit, and --timeline-buffer appends the timeline in batches.`
 type agentConfig struct {
 	gate                     gateLoadFlags
 	nodeID, dataDir          string
+	nodeIDSet                bool // --node-id was given (even as "")
 	bind, advertise          string
 	gossipBind, gossipAdvert string
 	bootstrapExpect          int
-	join                     listFlag
+	join                     cmdline.List
 	httpAddr                 string
 	socket                   string
 	clusterName              string
@@ -119,20 +122,21 @@ commands: --token-file or RAFTPACE_TOKEN); without a token --http must
 be a loopback address.`
 
 // register adds the security flags.
-func (s *agentSecurity) register(f *flags) {
+func (s *agentSecurity) register(f *cmdline.Flags) {
 	f.StringVar(&s.tlsCA, "tls-ca", "", "cluster CA certificate `FILE` (PEM): with --tls-cert and --tls-key, mutual TLS\nbetween nodes; peers must hold a certificate this CA signed")
 	f.StringVar(&s.tlsCert, "tls-cert", "", "this node's certificate `FILE` (PEM), signed by --tls-ca")
 	f.StringVar(&s.tlsKey, "tls-key", "", "this node's private key `FILE` (PEM)")
 	f.StringVar(&s.gossipKeyFile, "gossip-key-file", "", "`FILE` holding the gossip encryption key (base64 of 32 bytes); every node\nneeds the same one")
 	f.StringVar(&s.httpTokenFile, "http-token-file", "", "`FILE` holding the bearer token the admin API requires on /v1/ routes;\nrequired when --http is not a loopback address (or set RAFTPACE_HTTP_TOKEN)")
-	f.withEnv("tls-ca", "tls-cert", "tls-key", "gossip-key-file", "http-token-file")
+	f.WithEnv("tls-ca", "tls-cert", "tls-key", "gossip-key-file", "http-token-file")
 }
 
 // agentFlags defines the agent's flags; the node's settings default to
 // node.DefaultConfig's values.
-func agentFlags() (*flags, *agentConfig) {
-	f := newFlags("agent", "--data-dir DIR [flags]", agentAbout)
-	a := &agentConfig{join: listFlag{sep: ","}}
+func agentFlags() (*cmdline.Flags, *agentConfig) {
+	f := cmdline.New("agent", "--data-dir DIR [flags]", agentAbout)
+	f.Sections = agentSections
+	a := &agentConfig{join: cmdline.List{Sep: ","}}
 	def := node.DefaultConfig()
 	f.StringVar(&a.nodeID, "node-id", "", "this node's `ID`, unique and stable across restarts (default: the host name)")
 	f.StringVar(&a.dataDir, "data-dir", "", "`DIR` for the raft log, stable store and snapshots (required)")
@@ -167,17 +171,32 @@ func agentFlags() (*flags, *agentConfig) {
 	f.BoolVar(&a.unsafeFallbackFull, "unsafe-fallback-full-rate", false, "UNSAFE, TESTS ONLY: fallback paces at the full rate, not the node's fraction (breaks the ceiling)")
 	f.BoolVar(&a.unsafeFreshStart, "unsafe-fresh-start", false, "UNSAFE, TESTS ONLY: a new leader ignores inherited horizons (breaks the ceiling)")
 	f.BoolVar(&a.unsafeSpendExpired, "unsafe-spend-expired", false, "UNSAFE, TESTS ONLY: leased slots are spent after their use-by (breaks the ceiling)")
-	f.withEnv("node-id", "data-dir", "bind", "advertise", "gossip-bind", "gossip-advertise", "bootstrap-expect",
+	f.WithEnv("node-id", "data-dir", "bind", "advertise", "gossip-bind", "gossip-advertise", "bootstrap-expect",
 		"join", "http", "socket", "cluster-name", "voters", "horizon-ahead", "raft-timing", "log-format", "log-level",
 		"ready-file", "load-mode", "no-leases", "lease-span", "use-grace",
 		"share-ttl", "fallback-for", "reap-margin", "postgres", "postgres-schema",
 		"leave-on-terminate", "failed-server-after", "witness-ttl")
-	f.env["postgres"] = "RAFTPACE_POSTGRES_URL" // the name operators know from libpq-style setups
+	f.Env["postgres"] = "RAFTPACE_POSTGRES_URL" // the name operators know from libpq-style setups
 	a.agentSecurity.register(f)
-	f.about += securityAbout
+	f.About += securityAbout
 	a.loadFlags.register(f, true)
 	a.gate.register(f)
 	return f, a
+}
+
+// agentSections group agent -h as an operator looks for a flag; the load
+// generator and the unsafe switches, for tests and demos, come last.
+var agentSections = []cmdline.Section{
+	{Title: "Cluster", Names: []string{"node-id", "data-dir", "cluster-name", "bootstrap-expect", "join", "voters", "leave-on-terminate", "policy"}},
+	{Title: "Addresses", Names: []string{"bind", "advertise", "gossip-bind", "gossip-advertise", "http", "socket", "ready-file"}},
+	{Title: "Security", Names: []string{"tls-ca", "tls-cert", "tls-key", "gossip-key-file", "http-token-file"}},
+	{Title: "Postgres (checkpoint, bootstrap, pooled fallback, witness)", Names: []string{"postgres", "postgres-schema", "witness-ttl"}},
+	{Title: "Tuning (the defaults suit one LAN)", Names: []string{"raft-timing", "horizon-ahead", "lease-span", "use-grace", "share-ttl", "fallback-for", "reap-margin", "failed-server-after"}},
+	{Title: "Observability", Names: []string{"log-format", "log-level"}},
+	{Title: "Testing: load generator and unsafe switches (never in production)", Names: []string{
+		"load", "load-rate", "load-duration", "load-max-wait", "load-mode", "load-http", "load-http-workers", "load-report",
+		"load-slots", "slot-ttl", "slot-hold-min", "slot-hold-max", "slot-workers", "slot-log", "timeline", "timeline-buffer",
+		"no-leases", "unsafe-fallback-full-rate", "unsafe-fresh-start", "unsafe-reclaim-without-fence", "unsafe-spend-expired"}},
 }
 
 // agent runs the agent: its flags checked (the node's settings by
@@ -188,13 +207,14 @@ func (c *cli) agent(name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := f.noArgs(pos); err != nil {
+	if err := f.NoArgs(pos); err != nil {
 		return err
 	}
 	a.httpTokenEnv, _ = c.getenv("RAFTPACE_HTTP_TOKEN")
+	a.nodeIDSet = f.WasSet("node-id")
 	cfg, err := a.validate()
 	if err != nil {
-		return err
+		return envNamed(err, f)
 	}
 	level, _ := parseLevel(a.logLevel)
 	hopts := &slog.HandlerOptions{Level: level}
@@ -205,9 +225,32 @@ func (c *cli) agent(name string, args []string) error {
 	cfg.Logger = slog.New(h)
 	err = agent.Run(c.ctx, cfg)
 	if errors.Is(err, node.ErrInvalidConfig) {
-		return &agent.ConfigError{Problems: flagProblems(err, nil)}
+		return envNamed(&agent.ConfigError{Problems: flagProblems(err, nil)}, f)
 	}
 	return err
+}
+
+// envNamed adds to each problem that starts with a flag set from its
+// environment variable the variable's name: "--share-ttl (from
+// RAFTPACE_SHARE_TTL) ...", since the operator typed no --share-ttl.
+func envNamed(err error, f *cmdline.Flags) error {
+	var ce *agent.ConfigError
+	if !errors.As(err, &ce) || len(f.FromEnv) == 0 {
+		return err
+	}
+	for i, p := range ce.Problems {
+		name, ok := strings.CutPrefix(p, "--")
+		if !ok {
+			continue
+		}
+		if j := strings.IndexAny(name, " :,="); j >= 0 {
+			name = name[:j]
+		}
+		if env, ok := f.FromEnv[name]; ok {
+			ce.Problems[i] = "--" + name + " (from " + env + ")" + p[2+len(name):]
+		}
+	}
+	return ce
 }
 
 func parseLevel(s string) (slog.Level, error) {

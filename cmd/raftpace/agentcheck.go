@@ -30,7 +30,9 @@ func (a *agentConfig) validate() (agent.Config, error) {
 		bad(err)
 	}
 
-	if a.nodeID == "" {
+	if a.nodeID == "" && a.nodeIDSet {
+		badFlag("--node-id", errors.New(`--node-id "": must not be empty (leave the flag out to use the host name)`))
+	} else if a.nodeID == "" {
 		host, err := os.Hostname()
 		if err != nil {
 			badFlag("--node-id", fmt.Errorf("--node-id: required (the host name is unavailable: %w)", err))
@@ -50,7 +52,7 @@ func (a *agentConfig) validate() (agent.Config, error) {
 			badFlag("--"+hp.name, err)
 		}
 	}
-	for _, j := range a.join.items {
+	for _, j := range a.join.Items {
 		if err := checkHostPort("join", j, true); err != nil {
 			badFlag("--join", err)
 		}
@@ -137,7 +139,7 @@ func (a *agentConfig) nodeConfig(def node.Config, timing node.Timing) node.Confi
 		cfg.ClusterName = a.clusterName
 	}
 	cfg.BootstrapExpect = a.bootstrapExpect
-	cfg.Join = a.join.items
+	cfg.Join = a.join.Items
 	cfg.Voters = a.voters
 	cfg.Timing = timing
 	cfg.HorizonAhead = a.horizonAhead

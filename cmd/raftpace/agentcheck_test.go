@@ -34,7 +34,7 @@ func TestAgent_NodeValidationNamesFlags(t *testing.T) {
 	}
 	for _, tc := range tests {
 		r := runCLI(t.Context(), nil, append(slices.Clone(base), tc.args...)...)
-		if r.code != 1 || !strings.Contains(r.stderr, "raftpace: agent: invalid configuration:\n  "+tc.want) {
+		if r.code != 2 || !strings.Contains(r.stderr, "raftpace: agent: invalid configuration:\n  "+tc.want) {
 			t.Errorf("agent %q: exit %d, stderr:\n%s\nwant exit 1 and %q", tc.args, r.code, r.stderr, tc.want)
 		}
 		for _, field := range []string{"invalid config:", "Voters", "HorizonAhead", "LeaseSpan", "ShareTTL", "PostgresURL", "secret"} {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/raftpace/raftpace/bench"
 	"github.com/raftpace/raftpace/client"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/loadgen"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
@@ -55,7 +56,7 @@ finishes in under a minute (shorter runs, the 1,000/s ceiling only). See
 bench/README.md.`
 
 func (c *cli) bench(name string, args []string) error {
-	f := newFlags("bench", "[--quick] [--json] [--out DIR] [flags]", benchAbout)
+	f := cmdline.New("bench", "[--quick] [--json] [--out DIR] [flags]", benchAbout)
 	quick := f.Bool("quick", false, "shorter runs and fewer configurations (under a minute)")
 	asJSON := f.Bool("json", false, "print the report as JSON instead of Markdown")
 	out := f.String("out", "bench-out", "write report.md, report.json and chart.svg to `DIR` (\"\": don't)")
@@ -72,7 +73,7 @@ func (c *cli) bench(name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := f.noArgs(pos); err != nil {
+	if err := f.NoArgs(pos); err != nil {
 		return err
 	}
 	if *printBaselines {
@@ -84,7 +85,7 @@ func (c *cli) bench(name string, args []string) error {
 			continue
 		}
 		if !bench.IsApproach(n) && n != bench.KeysGroup {
-			return f.usageError("--only %q: unknown approach %q (choose from %s, or %s)", *only, n, strings.Join(bench.Approaches, ","), bench.KeysGroup)
+			return f.UsageError("--only %q: unknown approach %q (choose from %s, or %s)", *only, n, strings.Join(bench.Approaches, ","), bench.KeysGroup)
 		}
 		names = append(names, n)
 	}
@@ -95,7 +96,7 @@ func (c *cli) bench(name string, args []string) error {
 		}
 		r, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(r > 0) || math.IsInf(r, 0) || r > 1e7 {
-			return f.usageError("--ceilings %q: %q is not a rate (events/s, above 0, at most 1e7)", *ceilings, v)
+			return f.UsageError("--ceilings %q: %q is not a rate (events/s, above 0, at most 1e7)", *ceilings, v)
 		}
 		rates = append(rates, r)
 	}
@@ -106,7 +107,7 @@ func (c *cli) bench(name string, args []string) error {
 		}
 		k, err := strconv.Atoi(v)
 		if err != nil || k < 1 || k > bench.MaxKeys {
-			return f.usageError("--keys %q: %q is not a key count (a whole number from 1 to %d)", *keys, v, bench.MaxKeys)
+			return f.UsageError("--keys %q: %q is not a key count (a whole number from 1 to %d)", *keys, v, bench.MaxKeys)
 		}
 		counts = append(counts, k)
 	}
@@ -155,7 +156,7 @@ until every key's --load-duration has passed or a signal comes. Used by
 raftpace bench; not a command for operators.`
 
 func (c *cli) benchWorker(name string, args []string) error {
-	f := newFlags("bench-worker", "--pacer NAME --rate R --load KEY[:N] [flags]", benchWorkerAbout)
+	f := cmdline.New("bench-worker", "--pacer NAME --rate R --load KEY[:N] [flags]", benchWorkerAbout)
 	var lf loadFlags
 	lf.register(f, false)
 	pacer := f.String("pacer", "", "`NAME`: postgres, redis, xrate, gubernator or loopback")
@@ -171,10 +172,10 @@ func (c *cli) benchWorker(name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := f.noArgs(pos); err != nil {
+	if err := f.NoArgs(pos); err != nil {
 		return err
 	}
-	r, err := f.rate(*rateS)
+	r, err := f.Rate(*rateS)
 	if err != nil {
 		return err
 	}
@@ -192,7 +193,7 @@ func (c *cli) benchWorker(name string, args []string) error {
 		bad(fmt.Errorf("--rate/--burst: %w", err))
 	}
 	if len(problems) > 0 {
-		return &usageError{cmd: name, msg: strings.Join(problems, "\n"), usage: f.usage()}
+		return &cmdline.UsageError{Cmd: name, Msg: strings.Join(problems, "\n"), Usage: f.Usage()}
 	}
 
 	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
@@ -210,16 +211,16 @@ func (c *cli) benchWorker(name string, args []string) error {
 		p, err = bench.ConnectRedis(ctx, *redis, lim, *grace)
 	case "gubernator":
 		if *gub == "" {
-			return f.usageError("--gubernator: required with --pacer gubernator")
+			return f.UsageError("--gubernator: required with --pacer gubernator")
 		}
 		p, err = bench.NewGubernator(*gub, lim, specs[0].Concurrency, *grace)
 	case "loopback":
 		if *echo == "" {
-			return f.usageError("--loopback: required with --pacer loopback")
+			return f.UsageError("--loopback: required with --pacer loopback")
 		}
 		p, err = bench.DialLoopback(ctx, *echo, *grace)
 	default:
-		return f.usageError("--pacer %q: must be postgres, redis, xrate, gubernator or loopback", *pacer)
+		return f.UsageError("--pacer %q: must be postgres, redis, xrate, gubernator or loopback", *pacer)
 	}
 	if err != nil {
 		return fmt.Errorf("bench-worker: %w", err)

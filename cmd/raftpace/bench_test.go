@@ -154,7 +154,7 @@ func TestAgent_LoadFlagErrors(t *testing.T) {
 		"--load-max-wait -1s: must be >= 0",
 		"--load-duration -2s: must be >= 0",
 	} {
-		if r.code != 1 || !strings.Contains(r.stderr, want) {
+		if r.code != exitUsage || !strings.Contains(r.stderr, want) {
 			t.Errorf("exit %d, stderr lacks %q:\n%s", r.code, want, r.stderr)
 		}
 	}

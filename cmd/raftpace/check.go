@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/timeline"
@@ -115,7 +116,7 @@ func reportJSON(r timeline.KeyReport) keyReportJSON {
 }
 
 func (c *cli) check(name string, args []string) error {
-	f := newFlags("check", "--rate R [--burst B] [--key K] [--window 500ms,1s,2s,5s] [--delta D] [--json] FILE...", checkAbout)
+	f := cmdline.New("check", "--rate R [--burst B] [--key K] [--window 500ms,1s,2s,5s] [--delta D] [--json] FILE...", checkAbout)
 	rate := f.String("rate", "", "the limit's rate `R`, events per second (required)")
 	burst := f.Int("burst", 1, "the limit's burst `B`")
 	key := f.String("key", "", "check only `KEY` (default: every key in the files)")
@@ -127,23 +128,23 @@ func (c *cli) check(name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	r, err := f.rate(*rate)
+	r, err := f.Rate(*rate)
 	if err != nil {
 		return err
 	}
-	if err := (fsm.Limit{Rate: r, Burst: *burst}).Validate(); err != nil {
-		return f.usageError("%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+	if p := (fsm.Limit{Rate: r, Burst: *burst}).Explain("--rate", "--burst"); len(p) > 0 {
+		return f.UsageError("%s", strings.Join(p, "; "))
 	}
 	if *delta < 0 {
-		return f.usageError("--delta %v: must not be negative", *delta)
+		return f.UsageError("--delta %v: must not be negative", *delta)
 	}
 	if *key != "" {
 		if err := fsm.ValidateKey(*key); err != nil {
-			return f.usageError("--key: %v", err)
+			return f.UsageError("--key: %v", err)
 		}
 	}
 	if len(files) == 0 {
-		return f.usageError("at least one timeline FILE is required")
+		return f.UsageError("at least one timeline FILE is required")
 	}
 	events, torn, err := timeline.ParseFilesTorn(files...)
 	if err != nil {

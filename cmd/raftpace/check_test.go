@@ -124,8 +124,8 @@ func TestCheck_Errors(t *testing.T) {
 	}{
 		{[]string{"check", empty}, 2, "--rate is required"},
 		{[]string{"check", "--rate", "x", empty}, 2, `--rate: invalid number "x"`},
-		{[]string{"check", "--rate", "0", empty}, 2, "Rate 0: must be > 0"},
-		{[]string{"check", "--rate", "5", "--burst", "0", empty}, 2, "Burst 0: must be >= 1"},
+		{[]string{"check", "--rate", "0", empty}, 2, "raftpace check: --rate 0: must be > 0"},
+		{[]string{"check", "--rate", "5", "--burst", "0", empty}, 2, "--burst 0: must be >= 1"},
 		{[]string{"check", "--rate", "5", "--window", "1s,-2s", empty}, 2, `window "-2s": must be positive`},
 		{[]string{"check", "--rate", "5", "--window", "soon", empty}, 2, `"soon": not a duration`},
 		{[]string{"check", "--rate", "5"}, 2, "at least one timeline FILE is required"},

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/demo"
 	"github.com/raftpace/raftpace/fsm"
 )
@@ -31,8 +32,9 @@ also names the leader. While the node is down the new leader keeps the
 dead node's share of the rate (1/N) for it: a member the leader cannot
 reach may be pacing its own callers at its share (fallback), so the
 cluster admits about (N-1)/N of the rate until the node is back. At the
-end it prints how long after the kill and after the restart the cluster
-took to admit at least 90% of the rate again (1-second windows); the
+end it prints when the cluster admitted at least 90% of the rate again
+after the kill and after the restart, as the table shows it: the first
+full second at that pace, and how long after the event it ended. The
 verdict still covers every event of the run.
 
 The nodes run secured as a production cluster should: raft and RPC over
@@ -43,7 +45,7 @@ gossip encrypted with that key. See 'raftpace tls -h'.
 Needs no configuration, no Postgres and no network beyond loopback.`
 
 func (c *cli) demo(name string, args []string) error {
-	f := newFlags("demo", "[flags]", demoAbout)
+	f := cmdline.New("demo", "[flags]", demoAbout)
 	var d demo.Config
 	f.Float64Var(&d.Rate, "rate", 20, "the limit's rate `R`, events per second across the cluster")
 	f.IntVar(&d.Burst, "burst", 1, "the limit's burst `B`")
@@ -58,7 +60,7 @@ func (c *cli) demo(name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := f.noArgs(pos); err != nil {
+	if err := f.NoArgs(pos); err != nil {
 		return err
 	}
 	durationSet := false
@@ -85,7 +87,7 @@ func (c *cli) demo(name string, args []string) error {
 		problems = append(problems, fmt.Sprintf("--key: %v", err))
 	}
 	if len(problems) > 0 {
-		return f.usageError("%s", strings.Join(problems, "\n"))
+		return f.UsageError("%s", strings.Join(problems, "\n"))
 	}
 	ok, err := demo.Run(c.ctx, d, c.stdout, c.stderr)
 	if err != nil {

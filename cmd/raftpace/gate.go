@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
 )
@@ -14,8 +15,11 @@ import (
 // ---- pause ----------------------------------------------------------------
 
 func (c *cli) pause(name string, args []string) error {
-	f := newFlags("pause", "KEY --for DURATION [flags]",
-		"Pauses KEY for the whole fleet: no event of KEY is admitted anywhere until\nthe pause ends, as when a provider answered 429 with Retry-After. A longer\npause already in force stays; the pause in force is printed.")
+	f := cmdline.New("pause", "KEY --for DURATION [flags]",
+		"Pauses KEY for the whole fleet: no event of KEY is admitted anywhere until\nthe pause ends, as when a provider answered 429 with Retry-After. A longer\npause already in force stays; the pause in force is printed.\n\n"+
+			"KEY needs no limit, deliberately: pauses and limits are kept apart, so a\n"+
+			"pause may come before the limit (or hold a key that has none, whose callers\n"+
+			"check the gate themselves); Wait and Reserve of a limited key wait it out.")
 	o := addAdminFlags(f)
 	d := f.Duration("for", 0, "how long, a `DURATION` like 15s (required, at most 24h)")
 	pos, err := c.parse(f, args)
@@ -27,7 +31,7 @@ func (c *cli) pause(name string, args []string) error {
 		return err
 	}
 	if *d <= 0 || *d > fsm.MaxPause {
-		return f.usageError("--for must be a duration in (0, %v], like 15s", fsm.MaxPause)
+		return f.UsageError("--for must be a duration in (0, %v], like 15s", fsm.MaxPause)
 	}
 	ctx, cancel := o.context(c)
 	defer cancel()
@@ -55,10 +59,10 @@ func (c *cli) slots(name string, args []string) error {
 	sub, help := findSubcommand(args)
 	if help {
 		fmt.Fprint(c.stdout, slotsUsage)
-		return errHelp
+		return cmdline.ErrHelp
 	}
 	if sub < 0 || args[sub] == "--" {
-		return &usageError{cmd: "slots", msg: "missing subcommand: set, delete or list", usage: slotsUsage}
+		return &cmdline.UsageError{Cmd: "slots", Msg: "missing subcommand: set, delete or list", Usage: slotsUsage}
 	}
 	rest := append(slices.Clone(args[:sub]), args[sub+1:]...)
 	switch args[sub] {
@@ -70,13 +74,13 @@ func (c *cli) slots(name string, args []string) error {
 		return c.slotsList(rest)
 	case "help":
 		fmt.Fprint(c.stdout, slotsUsage)
-		return errHelp
+		return cmdline.ErrHelp
 	}
-	return &usageError{cmd: "slots", msg: fmt.Sprintf("unknown subcommand %q: want set, delete or list", args[sub]), usage: slotsUsage}
+	return &cmdline.UsageError{Cmd: "slots", Msg: fmt.Sprintf("unknown subcommand %q: want set, delete or list", args[sub]), Usage: slotsUsage}
 }
 
 func (c *cli) slotsSet(args []string) error {
-	f := newFlags("slots set", "KEY --max N [flags]", "Sets KEY's fleet-wide concurrency cap: at most N slots held at once.")
+	f := cmdline.New("slots set", "KEY --max N [flags]", "Sets KEY's fleet-wide concurrency cap: at most N slots held at once.")
 	o := addAdminFlags(f)
 	maxS := f.String("max", "", "most slots held at once across the fleet, `N` in 1..1000000 (required)")
 	pos, err := c.parse(f, args)
@@ -88,11 +92,11 @@ func (c *cli) slotsSet(args []string) error {
 		return err
 	}
 	if *maxS == "" {
-		return f.usageError("--max is required")
+		return f.UsageError("--max is required")
 	}
 	m, err := strconv.Atoi(strings.TrimSpace(*maxS))
 	if err != nil || m < 1 || m > fsm.MaxCap {
-		return f.usageError("--max: %q is not a whole number in 1..%d", *maxS, fsm.MaxCap)
+		return f.UsageError("--max: %q is not a whole number in 1..%d", *maxS, fsm.MaxCap)
 	}
 	ctx, cancel := o.context(c)
 	defer cancel()
@@ -104,7 +108,7 @@ func (c *cli) slotsSet(args []string) error {
 }
 
 func (c *cli) slotsDelete(args []string) error {
-	f := newFlags("slots delete", "KEY [flags]", "Removes KEY's concurrency cap (slots held stay until released or expired).")
+	f := cmdline.New("slots delete", "KEY [flags]", "Removes KEY's concurrency cap (slots held stay until released or expired).")
 	o := addAdminFlags(f)
 	pos, err := c.parse(f, args)
 	if err != nil {
@@ -124,14 +128,14 @@ func (c *cli) slotsDelete(args []string) error {
 }
 
 func (c *cli) slotsList(args []string) error {
-	f := newFlags("slots list", "[--json] [flags]", "Prints every cap and the slots in use, sorted by key.")
+	f := cmdline.New("slots list", "[--json] [flags]", "Prints every cap and the slots in use, sorted by key.")
 	o := addAdminFlags(f)
 	asJSON := f.Bool("json", false, `print the caps as in the status document: [{"key":..,"max":..,"in_use":..}]`)
 	pos, err := c.parse(f, args)
 	if err != nil {
 		return err
 	}
-	if err := f.noArgs(pos); err != nil {
+	if err := f.NoArgs(pos); err != nil {
 		return err
 	}
 	ctx, cancel := o.context(c)

@@ -6,19 +6,20 @@ import (
 	"math"
 	"time"
 
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/loadgen"
 )
 
 // loadFlags are the load generator's flags, shared by agent and
 // bench-worker: one load generator, one set of flags.
 type loadFlags struct {
-	load listFlag
+	load cmdline.List
 	loadgen.Config
 }
 
 // register defines the flags on f; env lists the flags that get RAFTPACE_*
 // equivalents.
-func (l *loadFlags) register(f *flags, env bool) {
+func (l *loadFlags) register(f *cmdline.Flags, env bool) {
 	f.Var(&l.load, "load", "generate load: `KEY[:CONCURRENCY]` goroutines calling Wait(KEY) in a loop\n(tests and demos; may repeat; in RAFTPACE_LOAD separate with spaces)")
 	f.StringVar(&l.Timeline, "timeline", "", "append each admitted --load event to `FILE` (\"unix_nanos node_id key\" lines)")
 	f.BoolVar(&l.TimelineBuffer, "timeline-buffer", false, "keep --timeline events in memory and append them every 50ms and at exit\n(benchmarks at high rates; a SIGKILL loses up to the last 50ms)")
@@ -27,7 +28,7 @@ func (l *loadFlags) register(f *flags, env bool) {
 	f.DurationVar(&l.Duration, "load-duration", 0, "stop each key's load `DURATION` after it starts (its limit known); 0: never")
 	f.StringVar(&l.Report, "load-report", "", "at exit, write to `FILE` per key the latency of each reservation call\n(p50, p99, mean, max; the paced sleep excluded) and the admitted and shed\ncounts, as JSON")
 	if env {
-		f.withEnv("load", "timeline", "timeline-buffer", "load-rate", "load-max-wait", "load-duration", "load-report")
+		f.WithEnv("load", "timeline", "timeline-buffer", "load-rate", "load-max-wait", "load-duration", "load-report")
 	}
 }
 
@@ -45,7 +46,7 @@ func parseLoad(v string) (loadgen.Spec, error) {
 func (l *loadFlags) validate(bad func(error)) []loadgen.Spec {
 	var specs []loadgen.Spec
 	seen := map[string]bool{}
-	for _, v := range l.load.items {
+	for _, v := range l.load.Items {
 		s, err := parseLoad(v)
 		if err != nil {
 			bad(err)
@@ -58,7 +59,7 @@ func (l *loadFlags) validate(bad func(error)) []loadgen.Spec {
 		seen[s.Key] = true
 		specs = append(specs, s)
 	}
-	noLoad := len(l.load.items) == 0
+	noLoad := len(l.load.Items) == 0
 	if l.Timeline != "" && noLoad {
 		bad(errors.New("--timeline: only meaningful with --load"))
 	}

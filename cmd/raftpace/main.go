@@ -26,11 +26,14 @@
 //
 // Every agent flag has a RAFTPACE_* environment equivalent (--data-dir and
 // RAFTPACE_DATA_DIR); a flag on the command line wins. Flags may follow
-// positional arguments (raftpace limit set KEY --rate 5); put -- before a
-// KEY that starts with '-'.
+// positional arguments (raftpace limit set KEY --rate 5); a KEY that
+// starts with '-' goes last, after every flag and a -- (raftpace limit set
+// --rate 5 -- -key).
 //
-// Exit status: 0 on success; 1 on an error, or when check or demo finds a
-// window over the ceiling; 2 on a usage error.
+// Exit status: 0 on success; 1 when the agent refused or the command failed
+// (or check or demo found a window over the ceiling); 2 on a usage error,
+// including values the cluster would refuse and an agent's invalid
+// configuration; 3 when no agent answered at --addr.
 //
 // The agent's --load flag turns it into a load generator for tests and
 // demos: goroutines call client.Wait in a loop and append every admitted

@@ -15,6 +15,7 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/agent/admin"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/loop"
@@ -31,12 +32,13 @@ type adminOpts struct {
 	getenv    func(string) (string, bool) // the command's environment, set by context
 }
 
-func addAdminFlags(f *flags) *adminOpts {
+func addAdminFlags(f *cmdline.Flags) *adminOpts {
 	o := &adminOpts{}
 	f.StringVar(&o.addr, "addr", "127.0.0.1:7402", "`HOST:PORT` of the agent's admin API (its --http)")
-	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "give up after `DURATION`")
+	o.timeout = 10 * time.Second
+	f.Var((*cmdline.PositiveDuration)(&o.timeout), "timeout", "give up after `DURATION` (> 0)")
 	f.StringVar(&o.tokenFile, "token-file", "", "`FILE` holding the agent's admin token (its --http-token-file);\nwithout it, the token is read from RAFTPACE_TOKEN if set")
-	f.withEnv("addr", "timeout", "token-file")
+	f.WithEnv("addr", "timeout", "token-file")
 	return o
 }
 
@@ -57,16 +59,13 @@ func (o *adminOpts) client() *admin.Client {
 
 func (o *adminOpts) context(c *cli) (context.Context, context.CancelFunc) {
 	o.getenv = c.getenv
-	if o.timeout <= 0 {
-		return context.WithCancel(c.ctx)
-	}
-	return context.WithTimeout(c.ctx, o.timeout)
+	return context.WithTimeout(c.ctx, o.timeout) // > 0: cmdline.PositiveDuration
 }
 
 // ---- status ---------------------------------------------------------------
 
 func (c *cli) status(name string, args []string) error {
-	f := newFlags("status", "[--json] [--watch [--interval 2s]] [flags]",
+	f := cmdline.New("status", "[--json] [--watch [--interval 2s]] [flags]",
 		"Prints the cluster as the agent at --addr sees it: this node, the leader and\n"+
 			"term, the members (role, health, and on the leader each member's mode, share\n"+
 			"and last contact) and each key's limit, admitted rate over the last 10 s,\n"+
@@ -80,11 +79,11 @@ func (c *cli) status(name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := f.noArgs(pos); err != nil {
+	if err := f.NoArgs(pos); err != nil {
 		return err
 	}
 	if *watch && *interval < 100*time.Millisecond {
-		return f.usageError("--interval %v: must be at least 100ms", *interval)
+		return f.UsageError("--interval %v: must be at least 100ms", *interval)
 	}
 	if !*watch {
 		ctx, cancel := o.context(c)
@@ -179,10 +178,10 @@ func (c *cli) limit(name string, args []string) error {
 	sub, help := findSubcommand(args)
 	if help {
 		fmt.Fprint(c.stdout, limitUsage)
-		return errHelp
+		return cmdline.ErrHelp
 	}
 	if sub < 0 || args[sub] == "--" {
-		return &usageError{cmd: "limit", msg: "missing subcommand: set, get or list", usage: limitUsage}
+		return &cmdline.UsageError{Cmd: "limit", Msg: "missing subcommand: set, get or list", Usage: limitUsage}
 	}
 	rest := append(slices.Clone(args[:sub]), args[sub+1:]...)
 	switch args[sub] {
@@ -194,27 +193,52 @@ func (c *cli) limit(name string, args []string) error {
 		return c.limitList(rest)
 	case "help":
 		fmt.Fprint(c.stdout, limitUsage)
-		return errHelp
+		return cmdline.ErrHelp
 	}
-	return &usageError{cmd: "limit", msg: fmt.Sprintf("unknown subcommand %q: want set, get or list", args[sub]), usage: limitUsage}
+	return &cmdline.UsageError{Cmd: "limit", Msg: fmt.Sprintf("unknown subcommand %q: want set, get or list", args[sub]), Usage: limitUsage}
 }
 
 // oneKey returns the single positional KEY.
-func oneKey(f *flags, pos []string) (string, error) {
+func oneKey(f *cmdline.Flags, pos []string) (string, error) {
 	switch {
 	case len(pos) == 0:
-		return "", f.usageError("KEY is required")
+		return "", f.UsageError("KEY is required")
 	case len(pos) > 1:
-		return "", f.usageError("unexpected argument %q (one KEY at a time)", pos[1])
+		return "", f.UsageError("unexpected argument %q (one KEY at a time)", pos[1])
+	}
+	// Checked here, as the cluster would, so a mistyped key is a usage
+	// error (exit 2) and a long one is quoted once, cut short.
+	if err := fsm.ValidateKey(pos[0]); err != nil {
+		return "", f.ValueError("KEY: %s", strings.TrimPrefix(err.Error(), "fsm: "))
 	}
 	return pos[0], nil
 }
 
+// checkLimit refuses, as a usage error naming the flags, a limit the
+// cluster would refuse: every rule it breaks at once.
+func checkLimit(f *cmdline.Flags, lim fsm.Limit) error {
+	problems := lim.Explain("--rate", "--burst")
+	if len(problems) == 0 {
+		if err := fsm.CheckMinRate(lim.Rate); err != nil {
+			problems = append(problems, "--"+err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return f.ValueError("%s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
 func (c *cli) limitSet(args []string) error {
-	f := newFlags("limit set", "KEY --rate R [--burst B] [flags]",
-		"Sets KEY's limit for the whole cluster: at most R events per second, with\nbursts of up to B. It returns once the limit is committed.")
+	f := cmdline.New("limit set", "KEY --rate R [--burst B] [flags]",
+		"Sets KEY's limit for the whole cluster: at most R events per second, with\nbursts of up to B. It returns once the limit is committed.\n\n"+
+			"KEY is 1 to 256 bytes of UTF-8 with no whitespace, control or invisible\n"+
+			"characters. A KEY ending in * is a template: every key under it gets its own\n"+
+			"limit R, B on first use (the longest template wins, a key's own limit beats\n"+
+			"it). A KEY starting with '-' goes last, after --: limit set --rate 5 -- -key.\n"+
+			"R is at least 1/1800 (one event per 30 minutes): no slower key could be granted.")
 	o := addAdminFlags(f)
-	rate := f.String("rate", "", "events per second across the cluster, `R` > 0 (required)")
+	rate := f.String("rate", "", "events per second across the cluster, 1/1800 <= `R` <= 1e9 (required)")
 	burst := f.String("burst", "1", "events allowed at once after a quiet spell, `B` >= 1")
 	pos, err := c.parse(f, args)
 	if err != nil {
@@ -224,15 +248,18 @@ func (c *cli) limitSet(args []string) error {
 	if err != nil {
 		return err
 	}
-	r, err := f.rate(*rate)
+	r, err := f.Rate(*rate)
 	if err != nil {
 		return err
 	}
 	b, err := strconv.Atoi(strings.TrimSpace(*burst))
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return f.usageError("--burst: invalid integer %q", *burst)
+		return f.UsageError("--burst: invalid integer %q", *burst)
 	}
 	lim := fsm.Limit{Rate: r, Burst: b}
+	if err := checkLimit(f, lim); err != nil {
+		return err
+	}
 	ctx, cancel := o.context(c)
 	defer cancel()
 	if err := o.client().SetLimit(ctx, key, lim); err != nil {
@@ -243,7 +270,7 @@ func (c *cli) limitSet(args []string) error {
 }
 
 func (c *cli) limitGet(args []string) error {
-	f := newFlags("limit get", "KEY [--json] [flags]", "Prints KEY's limit.")
+	f := cmdline.New("limit get", "KEY [--json] [flags]", "Prints KEY's limit.")
 	o := addAdminFlags(f)
 	asJSON := f.Bool("json", false, `print {"key":..,"rate":..,"burst":..}`)
 	pos, err := c.parse(f, args)
@@ -271,14 +298,14 @@ func (c *cli) limitGet(args []string) error {
 }
 
 func (c *cli) limitList(args []string) error {
-	f := newFlags("limit list", "[--json] [flags]", "Prints every limit, sorted by key.")
+	f := cmdline.New("limit list", "[--json] [flags]", "Prints every limit, sorted by key.")
 	o := addAdminFlags(f)
 	asJSON := f.Bool("json", false, `print {"limits":{"KEY":{"rate":..,"burst":..},...}}`)
 	pos, err := c.parse(f, args)
 	if err != nil {
 		return err
 	}
-	if err := f.noArgs(pos); err != nil {
+	if err := f.NoArgs(pos); err != nil {
 		return err
 	}
 	ctx, cancel := o.context(c)
@@ -305,40 +332,40 @@ func (c *cli) limitList(args []string) error {
 // ---- join and leave -------------------------------------------------------
 
 func (c *cli) join(name string, args []string) error {
-	f := newFlags("join", "ADDR[,ADDR...] [flags]",
+	f := cmdline.New("join", "ADDR[,ADDR...] [flags]",
 		"Tells the agent at --addr to contact cluster members at their gossip\naddresses (their --gossip-bind or --gossip-advertise); the cluster's leader\nthen adds it. Equivalent to starting the agent with --join.")
 	o := addAdminFlags(f)
 	pos, err := c.parse(f, args)
 	if err != nil {
 		return err
 	}
-	var addrs listFlag
-	addrs.sep = ","
+	var addrs cmdline.List
+	addrs.Sep = ","
 	for _, p := range pos {
 		_ = addrs.Set(p)
 	}
-	if len(addrs.items) == 0 {
-		return f.usageError("at least one gossip ADDR (host:port) is required")
+	if len(addrs.Items) == 0 {
+		return f.UsageError("at least one gossip ADDR (host:port) is required")
 	}
 	ctx, cancel := o.context(c)
 	defer cancel()
-	count, err := o.client().Join(ctx, addrs.items)
+	count, err := o.client().Join(ctx, addrs.Items)
 	if err != nil {
 		return fmt.Errorf("join: %w", err)
 	}
-	fmt.Fprintf(c.stdout, "joined: %d of %d address(es) answered\n", count, len(addrs.items))
+	fmt.Fprintf(c.stdout, "joined: %d of %d address(es) answered\n", count, len(addrs.Items))
 	return nil
 }
 
 func (c *cli) leave(name string, args []string) error {
-	f := newFlags("leave", "[flags]",
+	f := cmdline.New("leave", "[flags]",
 		"Makes the agent at --addr leave the cluster gracefully (it hands over\nleadership if it leads, and is removed from raft and gossip), then exit.\nReturns once the node has left and, up to --timeout, the agent has stopped.\nIf the leave fails the agent keeps running as a member.")
 	o := addAdminFlags(f)
 	pos, err := c.parse(f, args)
 	if err != nil {
 		return err
 	}
-	if err := f.noArgs(pos); err != nil {
+	if err := f.NoArgs(pos); err != nil {
 		return err
 	}
 	ctx, cancel := o.context(c)
@@ -371,12 +398,12 @@ func (c *cli) leave(name string, args []string) error {
 // ---- version --------------------------------------------------------------
 
 func (c *cli) version(name string, args []string) error {
-	f := newFlags("version", "", "Prints the version of this binary.")
+	f := cmdline.New("version", "", "Prints the version of this binary.")
 	pos, err := c.parse(f, args)
 	if err != nil {
 		return err
 	}
-	if err := f.noArgs(pos); err != nil {
+	if err := f.NoArgs(pos); err != nil {
 		return err
 	}
 	v := version

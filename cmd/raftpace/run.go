@@ -3,13 +3,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/raftpace/raftpace/agent/admin"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/agent"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 )
 
 const usageText = `raftpace is a distributed rate limiter: every worker process embeds a node,
@@ -46,12 +48,19 @@ Quick start:
 
 Every agent flag has a RAFTPACE_* environment equivalent (--data-dir:
 RAFTPACE_DATA_DIR); a flag on the command line wins, and an empty variable
-counts as unset. Operator commands read RAFTPACE_ADDR and RAFTPACE_TIMEOUT.
-Flags may come after positional arguments; put -- before a key that starts
-with '-'.
+counts as unset. Operator commands read RAFTPACE_ADDR, RAFTPACE_TIMEOUT and
+RAFTPACE_TOKEN (the admin token, or RAFTPACE_TOKEN_FILE naming its file).
+Flags may come after positional arguments. A key that starts with '-' goes
+last, after every flag and a --: raftpace limit set --rate 5 -- -key.
 
-Exit status: 0 success; 1 error, or a check or demo that found a window over
-the ceiling; 2 usage error.
+Exit status:
+  0  success
+  1  refused or failed: by the agent (unknown key, no leader in time), or a
+     check or demo that found a window over the ceiling
+  2  usage error: a wrong command line or agent configuration (flags or
+     RAFTPACE_* variables), or a value the cluster would refuse (checked
+     before anything is sent)
+  3  no agent answered at --addr: nothing was changed; safe to retry
 `
 
 // command is one subcommand.
@@ -92,24 +101,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // Exit statuses.
+//
+// 0: done. 1: the agent (or the command's own work) refused or failed:
+// an unknown key, no leader in time, a port already taken, a check or demo
+// that found a window over the ceiling. 2: the command line (or an agent's
+// configuration) is wrong, including values the cluster would refuse
+// (they are checked before any request). 3: no
+// agent answered at --addr: nothing was asked, so a script may retry.
 const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2
+	exitUnreachable = 3
 )
-
-// errHelp: help was asked for and printed; exit 0.
-var errHelp = errors.New("help requested")
-
-// usageError is a command-line mistake: exit 2. Its usage text is printed
-// after the message.
-type usageError struct {
-	msg   string
-	usage string // the command's usage, or "" for a hint line
-	cmd   string
-}
-
-func (e *usageError) Error() string { return e.msg }
 
 // exitCode ends the run with a status and no further message (the command
 // has already said why).
@@ -148,19 +152,19 @@ func findCommand(name string) (command, bool) {
 
 // report prints err and returns the exit status for it.
 func (c *cli) report(err error) int {
-	var ue *usageError
+	var ue *cmdline.UsageError
 	var code exitCode
 	switch {
-	case err == nil, errors.Is(err, errHelp):
+	case err == nil, errors.Is(err, cmdline.ErrHelp):
 		return exitOK
 	case errors.As(err, &code):
 		return int(code)
 	case errors.As(err, &ue):
-		fmt.Fprintf(c.stderr, "raftpace %s: %s\n", ue.cmd, ue.msg)
-		if ue.usage != "" {
-			fmt.Fprintf(c.stderr, "\n%s", ue.usage)
+		fmt.Fprintf(c.stderr, "raftpace %s: %s\n", ue.Cmd, ue.Msg)
+		if ue.Usage != "" {
+			fmt.Fprintf(c.stderr, "\n%s", ue.Usage)
 		} else {
-			fmt.Fprintf(c.stderr, "Run 'raftpace %s -h' for usage.\n", ue.cmd)
+			fmt.Fprintf(c.stderr, "Run 'raftpace %s -h' for usage.\n", ue.Cmd)
 		}
 		return exitUsage
 	default:
@@ -168,6 +172,13 @@ func (c *cli) report(err error) int {
 		// Multi-line errors (every problem of a configuration) are indented.
 		msg = strings.ReplaceAll(msg, "\n", "\n  ")
 		fmt.Fprintf(c.stderr, "raftpace: %s\n", msg)
+		var ce *agent.ConfigError
+		switch {
+		case errors.Is(err, admin.ErrUnreachable):
+			return exitUnreachable
+		case errors.As(err, &ce):
+			return exitUsage // the agent's flags (or variables) as given
+		}
 		return exitError
 	}
 }
@@ -179,198 +190,17 @@ func (c *cli) help(args []string) error {
 	}
 	cmd, ok := findCommand(args[0])
 	if !ok {
-		return &usageError{cmd: "help", msg: fmt.Sprintf("unknown command %q", args[0]), usage: usageText}
+		return &cmdline.UsageError{Cmd: "help", Msg: fmt.Sprintf("unknown command %q", args[0]), Usage: usageText}
 	}
 	return cmd.run(c, cmd.name, append(slices.Clone(args[1:]), "-h"))
 }
 
-// flags is a FlagSet with a usage text, environment equivalents and
-// support for flags after positional arguments.
-type flags struct {
-	*flag.FlagSet
-	cmd      string // "limit set"
-	synopsis string // "KEY --rate R [--burst B]"
-	about    string // paragraphs after the synopsis
-	env      map[string]string
-}
-
-func newFlags(cmd, synopsis, about string) *flags {
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	return &flags{FlagSet: fs, cmd: cmd, synopsis: synopsis, about: about, env: map[string]string{}}
-}
-
-// withEnv gives the named flags their RAFTPACE_* equivalents.
-func (f *flags) withEnv(names ...string) {
-	for _, n := range names {
-		f.env[n] = envName(n)
+// parse reads the command line, then the environment, into f
+// (cmdline.Flags.Read); -h prints the usage to stdout.
+func (c *cli) parse(f *cmdline.Flags, args []string) ([]string, error) {
+	pos, err := f.Read(args, c.getenv)
+	if errors.Is(err, cmdline.ErrHelp) {
+		fmt.Fprint(c.stdout, f.Usage())
 	}
-}
-
-func envName(flagName string) string {
-	return "RAFTPACE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// usage renders the command's help: synopsis, description, flags.
-func (f *flags) usage() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Usage: raftpace %s %s\n", f.cmd, f.synopsis)
-	if f.about != "" {
-		fmt.Fprintf(&b, "\n%s\n", strings.TrimRight(f.about, "\n"))
-	}
-	first := true
-	f.VisitAll(func(fl *flag.Flag) {
-		if first {
-			b.WriteString("\nFlags:\n")
-			first = false
-		}
-		typ, text := flag.UnquoteUsage(fl)
-		if typ == "value" {
-			typ = ""
-		}
-		fmt.Fprintf(&b, "  --%s", fl.Name)
-		if typ != "" {
-			fmt.Fprintf(&b, " %s", typ)
-		}
-		b.WriteString("\n")
-		for _, line := range strings.Split(text, "\n") {
-			fmt.Fprintf(&b, "        %s\n", line)
-		}
-		var extra []string
-		if d := fl.DefValue; d != "" && d != "0" && d != "false" && d != "0s" && d != "[]" {
-			extra = append(extra, fmt.Sprintf("default %s", d))
-		}
-		if e, ok := f.env[fl.Name]; ok {
-			extra = append(extra, "env "+e)
-		}
-		if len(extra) > 0 {
-			fmt.Fprintf(&b, "        (%s)\n", strings.Join(extra, "; "))
-		}
-	})
-	return b.String()
-}
-
-// parse parses args, allowing flags after positional arguments, then fills
-// every flag not given on the command line from its environment variable.
-// It returns the positional arguments. -h prints the usage to stdout and
-// returns errHelp.
-func (c *cli) parse(f *flags, args []string) ([]string, error) {
-	var pos []string
-	for {
-		err := f.Parse(args)
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(c.stdout, f.usage())
-			return nil, errHelp
-		}
-		if err != nil {
-			return nil, f.usageError("%s", flagMessage(err, args))
-		}
-		rest := f.Args()
-		if len(rest) == 0 {
-			break
-		}
-		consumed := len(args) - len(rest)
-		if consumed > 0 && args[consumed-1] == "--" {
-			pos = append(pos, rest...) // everything after -- is positional
-			break
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-	set := map[string]bool{}
-	f.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	names := make([]string, 0, len(f.env))
-	for n := range f.env {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		v, ok := c.getenv(f.env[n])
-		if set[n] || !ok || v == "" {
-			continue
-		}
-		if err := f.Set(n, v); err != nil {
-			return nil, f.usageError("%s=%q: %v", f.env[n], v, err)
-		}
-	}
-	return pos, nil
-}
-
-// flagMessage rewrites the flag package's messages to name a flag as it
-// was typed (-x or --x), and others as the usage does (--name).
-func flagMessage(err error, args []string) string {
-	msg := err.Error()
-	for _, p := range []string{"flag provided but not defined: -", "flag needs an argument: -"} {
-		name, ok := strings.CutPrefix(msg, p)
-		if !ok {
-			continue
-		}
-		typed := "--" + name
-		for _, a := range args {
-			a, _, _ = strings.Cut(a, "=")
-			if a == "-"+name || a == "--"+name {
-				typed = a
-				break
-			}
-		}
-		return strings.TrimSuffix(p, "-") + typed
-	}
-	// `invalid value "x" for flag -rate: ...`
-	return strings.Replace(msg, " for flag -", " for flag --", 1)
-}
-
-// rate parses a required --rate value. Out of range values come back as
-// +-Inf, 0 or the largest numbers, and limit validation then names the rule
-// they break; only text that is no number at all is refused here.
-func (f *flags) rate(s string) (float64, error) {
-	if s == "" {
-		return 0, f.usageError("--rate is required")
-	}
-	r, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return 0, f.usageError("--rate: invalid number %q", s)
-	}
-	return r, nil
-}
-
-func (f *flags) usageError(format string, a ...any) error {
-	return &usageError{cmd: f.cmd, msg: fmt.Sprintf(format, a...), usage: f.usage()}
-}
-
-// noArgs fails if any positional argument was given.
-func (f *flags) noArgs(pos []string) error {
-	if len(pos) > 0 {
-		return f.usageError("unexpected argument %q", pos[0])
-	}
-	return nil
-}
-
-// listFlag is a repeatable flag; each value may hold several items
-// separated by sep (and, always, by whitespace).
-type listFlag struct {
-	items []string
-	sep   string
-}
-
-func (l *listFlag) String() string {
-	if l == nil {
-		return ""
-	}
-	return strings.Join(l.items, l.sep)
-}
-
-func (l *listFlag) Set(v string) error {
-	for _, field := range strings.Fields(v) {
-		parts := []string{field}
-		if l.sep != "" {
-			parts = strings.Split(field, l.sep)
-		}
-		for _, p := range parts {
-			if p = strings.TrimSpace(p); p != "" {
-				l.items = append(l.items, p)
-			}
-		}
-	}
-	return nil
+	return pos, err
 }

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"flag"
 	"net"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 )
 
 func TestRun_UsageAndHelp(t *testing.T) {
@@ -79,15 +82,15 @@ func TestAgent_ConfigErrors(t *testing.T) {
 		code int
 		want []string // substrings of stderr
 	}{
-		{"missing data dir", base, nil, 1, []string{
+		{"missing data dir", base, nil, 2, []string{
 			"raftpace: agent: invalid configuration:\n  --data-dir: required"}},
-		{"bad bind", append(slices.Clone(base), "--data-dir", dir, "--bind", "nope"), nil, 1, []string{
+		{"bad bind", append(slices.Clone(base), "--data-dir", dir, "--bind", "nope"), nil, 2, []string{
 			`--bind "nope": must be host:port`}},
-		{"bad port", append(slices.Clone(base), "--data-dir", dir, "--bind", "127.0.0.1:99999"), nil, 1, []string{
+		{"bad port", append(slices.Clone(base), "--data-dir", dir, "--bind", "127.0.0.1:99999"), nil, 2, []string{
 			`--bind "127.0.0.1:99999": port must be 0-65535`}},
 		{"every problem at once", []string{"agent", "--node-id", "a b", "--bind", "x", "--gossip-bind", "y:z",
 			"--advertise", ":7400", "--join", "h:1,bad", "--http", "h", "--raft-timing", "slow", "--log-format", "xml",
-			"--log-level", "loud", "--load", "k:0", "--load", ":3", "--load-mode", "alone", "--voters", "9"}, nil, 1, []string{
+			"--log-level", "loud", "--load", "k:0", "--load", ":3", "--load-mode", "alone", "--voters", "9"}, nil, 2, []string{
 			`--node-id: fsm: invalid id "a b": contains whitespace`,
 			"--data-dir: required",
 			`--bind "x": must be host:port`,
@@ -103,18 +106,18 @@ func TestAgent_ConfigErrors(t *testing.T) {
 			`--load-mode "alone": must be raft or solo`,
 			`--voters "9": must be 1-5`,
 		}},
-		{"timeline without load", append(slices.Clone(base), "--data-dir", dir, "--timeline", filepath.Join(dir, "tl")), nil, 1, []string{
+		{"timeline without load", append(slices.Clone(base), "--data-dir", dir, "--timeline", filepath.Join(dir, "tl")), nil, 2, []string{
 			"--timeline: only meaningful with --load"}},
-		{"node validation", append(slices.Clone(base), "--data-dir", dir, "--bootstrap-expect", "100"), nil, 1, []string{
+		{"node validation", append(slices.Clone(base), "--data-dir", dir, "--bootstrap-expect", "100"), nil, 2, []string{
 			"raftpace: agent: invalid configuration:\n  --bootstrap-expect \"100\": must be 0-64"}},
 		{"env", []string{"agent"}, map[string]string{
 			"RAFTPACE_DATA_DIR": dir, "RAFTPACE_NODE_ID": "t1", "RAFTPACE_BIND": "bad-from-env",
-			"RAFTPACE_GOSSIP_BIND": "127.0.0.1:0", "RAFTPACE_HTTP": "off"}, 1, []string{
-			`--bind "bad-from-env": must be host:port`}},
+			"RAFTPACE_GOSSIP_BIND": "127.0.0.1:0", "RAFTPACE_HTTP": "off"}, 2, []string{
+			`--bind (from RAFTPACE_BIND) "bad-from-env": must be host:port`}},
 		{"env bad number", []string{"agent"}, map[string]string{"RAFTPACE_BOOTSTRAP_EXPECT": "x"}, 2, []string{
 			`RAFTPACE_BOOTSTRAP_EXPECT="x": parse error`}},
 		{"flag wins over env", append(slices.Clone(base), "--data-dir", dir, "--bind", "nope"),
-			map[string]string{"RAFTPACE_BIND": "127.0.0.1:0"}, 1, []string{`--bind "nope"`}},
+			map[string]string{"RAFTPACE_BIND": "127.0.0.1:0"}, 2, []string{`--bind "nope"`}},
 		{"http port taken", append(slices.Clone(base[:len(base)-2]), "--data-dir", dir, "--http", "256.0.0.1:1"), nil, 1, []string{
 			"raftpace: agent: --http: listen tcp"}},
 	}
@@ -151,17 +154,26 @@ func TestLimitSet_BadArgs(t *testing.T) {
 		{[]string{"limit", "set", "--rate", "5"}, 2, "KEY is required"},
 		{[]string{"limit", "set", "k"}, 2, "--rate is required"},
 		{[]string{"limit", "set", "k", "j", "--rate", "5"}, 2, `unexpected argument "j"`},
-		{[]string{"limit", "set", "k", "--rate", "0"}, 1, `raftpace: limit set "k": fsm: invalid limit: Rate 0: must be > 0`},
-		{[]string{"limit", "set", "k", "--rate", "-2"}, 1, "Rate -2: must be > 0"},
-		{[]string{"limit", "set", "k", "--rate", "NaN"}, 1, "Rate NaN: must be finite"},
-		{[]string{"limit", "set", "k", "--rate", "inf"}, 1, "Rate +Inf: must be finite"},
-		{[]string{"limit", "set", "k", "--rate", "1e999"}, 1, "Rate +Inf: must be finite"},
-		{[]string{"limit", "set", "k", "--rate", "5", "--burst", "0"}, 1, "Burst 0: must be >= 1"},
-		{[]string{"limit", "set", "k", "--rate", "0", "--burst", "0"}, 1, "Rate 0: must be > 0; fsm: invalid limit: Burst 0: must be >= 1"},
-		{[]string{"limit", "set", "a\tb", "--rate", "5"}, 1, `fsm: invalid key "a\tb": contains whitespace U+0009`},
-		{[]string{"limit", "set", "k", "--rate", "5"}, 1, "raftpace: limit set \"k\": cannot reach agent at " + dead + ": "},
-		{[]string{"limit", "get", "k"}, 1, "is it running? (--addr)"},
-		{[]string{"status"}, 1, "raftpace: status: cannot reach agent at " + dead},
+		// Values the cluster would refuse are refused here, naming the
+		// flags, before any request: usage errors.
+		{[]string{"limit", "set", "k", "--rate", "0"}, 2, "raftpace limit set: --rate 0: must be > 0\nRun 'raftpace limit set -h' for usage."},
+		{[]string{"limit", "set", "k", "--rate", "-2"}, 2, "--rate -2: must be > 0"},
+		{[]string{"limit", "set", "k", "--rate", "NaN"}, 2, "--rate NaN: must be finite"},
+		{[]string{"limit", "set", "k", "--rate", "inf"}, 2, "--rate +Inf: must be finite"},
+		{[]string{"limit", "set", "k", "--rate", "1e999"}, 2, "--rate +Inf: must be finite"},
+		{[]string{"limit", "set", "k", "--rate", "1e-300"}, 2, "--rate 1e-300/s: below the minimum"},
+		{[]string{"limit", "set", "k", "--rate", "5", "--burst", "0"}, 2, "--burst 0: must be >= 1"},
+		{[]string{"limit", "set", "k", "--rate", "5", "--burst", "100000000000"}, 2, "--burst 100000000000: must be <= 1000000"},
+		{[]string{"limit", "set", "k", "--rate", "0", "--burst", "0"}, 2, "--rate 0: must be > 0; --burst 0: must be >= 1"},
+		{[]string{"limit", "set", "a\tb", "--rate", "5"}, 2, `KEY: invalid key "a\tb": contains whitespace U+0009`},
+		{[]string{"limit", "set", strings.Repeat("k", 300), "--rate", "5"}, 2, "longer than the maximum 256"},
+		{[]string{"limit", "set", "--", "-k", "--rate", "5"}, 2, "--rate after --: flags go before --"},
+		{[]string{"pause", "k", "--for", "1s", "--timeout", "0s"}, 2, `invalid value "0s" for flag --timeout: must be > 0`},
+		{[]string{"status", "--timeout", "-1s"}, 2, `invalid value "-1s" for flag --timeout: must be > 0`},
+		// No agent answered: nothing was asked, exit 3.
+		{[]string{"limit", "set", "k", "--rate", "5"}, 3, "raftpace: limit set \"k\": cannot reach agent at " + dead + ": "},
+		{[]string{"limit", "get", "k"}, 3, "is it running? (--addr)"},
+		{[]string{"status"}, 3, "raftpace: status: cannot reach agent at " + dead},
 	}
 	for _, tc := range tests {
 		args := append(slices.Clone(tc.args), "--addr", dead, "--timeout", "5s")
@@ -170,20 +182,25 @@ func TestLimitSet_BadArgs(t *testing.T) {
 			t.Errorf("raftpace %q: exit %d, stderr:\n%s\nwant exit %d and %q", tc.args, r.code, r.stderr, tc.code, tc.want)
 		}
 	}
+	// A key starting with '-' after every flag and --.
+	r := runCLI(t.Context(), nil, "limit", "set", "--rate", "5", "--addr", dead, "--timeout", "5s", "--", "-k")
+	if r.code != 3 || !strings.Contains(r.stderr, `raftpace: limit set "-k": cannot reach agent`) {
+		t.Errorf("limit set --rate 5 -- -k: exit %d, %s", r.code, r.stderr)
+	}
 	// RAFTPACE_ADDR is used when --addr is absent.
-	r := runCLI(t.Context(), map[string]string{"RAFTPACE_ADDR": dead}, "status", "--timeout", "5s")
-	if r.code != 1 || !strings.Contains(r.stderr, dead) {
+	r = runCLI(t.Context(), map[string]string{"RAFTPACE_ADDR": dead}, "status", "--timeout", "5s")
+	if r.code != 3 || !strings.Contains(r.stderr, dead) {
 		t.Errorf("status with RAFTPACE_ADDR: exit %d, %s", r.code, r.stderr)
 	}
 }
 
 func TestParse_Interleaved(t *testing.T) {
 	t.Parallel()
-	f := newFlags("x", "", "")
+	f := cmdline.New("x", "", "")
 	rate := f.String("rate", "", "")
 	n := f.Int("n", 0, "")
-	var l listFlag
-	l.sep = ","
+	var l cmdline.List
+	l.Sep = ","
 	f.Var(&l, "l", "")
 	c := &cli{getenv: func(k string) (string, bool) {
 		if k == "RAFTPACE_N" {
@@ -191,14 +208,14 @@ func TestParse_Interleaved(t *testing.T) {
 		}
 		return "", false
 	}}
-	f.withEnv("n", "l")
+	f.WithEnv("n", "l")
 	pos, err := c.parse(f, []string{"KEY", "--rate", "5", "FILE", "--l", "a,b", "--l", "c", "--", "--rate", "-k"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if *rate != "5" || *n != 7 || !slices.Equal(pos, []string{"KEY", "FILE", "--rate", "-k"}) ||
-		!slices.Equal(l.items, []string{"a", "b", "c"}) {
-		t.Errorf("rate %q n %d pos %q l %q", *rate, *n, pos, l.items)
+		!slices.Equal(l.Items, []string{"a", "b", "c"}) {
+		t.Errorf("rate %q n %d pos %q l %q", *rate, *n, pos, l.Items)
 	}
 }
 
@@ -228,5 +245,30 @@ func TestParseLoad(t *testing.T) {
 		if err != nil || s.Key != tc.key || s.Concurrency != tc.conc {
 			t.Errorf("parseLoad(%q) = %+v, %v", tc.in, s, err)
 		}
+	}
+}
+
+// agent -h groups every flag under a section: a new flag must be placed
+// (the test names it), never left in "Other flags".
+func TestAgentHelp_Sections(t *testing.T) {
+	t.Parallel()
+	f, _ := agentFlags()
+	placed := map[string]bool{}
+	for _, s := range agentSections {
+		for _, n := range s.Names {
+			if f.Lookup(n) == nil {
+				t.Errorf("section %q names %q, which is no agent flag", s.Title, n)
+			}
+			placed[n] = true
+		}
+	}
+	f.VisitAll(func(fl *flag.Flag) {
+		if !placed[fl.Name] {
+			t.Errorf("--%s is in no section of agent -h (agentSections)", fl.Name)
+		}
+	})
+	u := f.Usage()
+	if strings.Contains(u, "Other flags:") || strings.Index(u, "\nCluster:\n") > strings.Index(u, "\nTesting: load generator") {
+		t.Errorf("agent -h sections out of order or incomplete:\n%s", u)
 	}
 }

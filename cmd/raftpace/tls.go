@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/certs"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 )
 
 const tlsUsage = `Usage: raftpace tls init [--dir DIR] [--force]
@@ -55,13 +56,13 @@ func (c *cli) tls(name string, args []string) error {
 		switch {
 		case n == "h" || n == "help":
 			fmt.Fprint(c.stdout, tlsUsage)
-			return errHelp
+			return cmdline.ErrHelp
 		case n == "dir" && !hasValue:
 			i++
 		}
 	}
 	if sub < 0 || args[sub] == "--" {
-		return &usageError{cmd: "tls", msg: "missing subcommand: init or node", usage: tlsUsage}
+		return &cmdline.UsageError{Cmd: "tls", Msg: "missing subcommand: init or node", Usage: tlsUsage}
 	}
 	rest := append(slices.Clone(args[:sub]), args[sub+1:]...)
 	switch args[sub] {
@@ -71,13 +72,13 @@ func (c *cli) tls(name string, args []string) error {
 		return c.tlsNode(rest)
 	case "help":
 		fmt.Fprint(c.stdout, tlsUsage)
-		return errHelp
+		return cmdline.ErrHelp
 	}
-	return &usageError{cmd: "tls", msg: fmt.Sprintf("unknown subcommand %q: want init or node", args[sub]), usage: tlsUsage}
+	return &cmdline.UsageError{Cmd: "tls", Msg: fmt.Sprintf("unknown subcommand %q: want init or node", args[sub]), Usage: tlsUsage}
 }
 
-func tlsFlags(cmd, synopsis, about string) (*flags, *string, *bool) {
-	f := newFlags(cmd, synopsis, about)
+func tlsFlags(cmd, synopsis, about string) (*cmdline.Flags, *string, *bool) {
+	f := cmdline.New(cmd, synopsis, about)
 	dir := f.String("dir", ".", "`DIR` holding the CA files and where the new files go")
 	force := f.Bool("force", false, "overwrite existing files")
 	return f, dir, force
@@ -90,7 +91,7 @@ func (c *cli) tlsInit(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := f.noArgs(pos); err != nil {
+	if err := f.NoArgs(pos); err != nil {
 		return err
 	}
 	ca, err := certs.NewCA()
@@ -125,13 +126,13 @@ func (c *cli) tlsNode(args []string) error {
 	}
 	switch {
 	case len(pos) == 0:
-		return f.usageError("NAME is required")
+		return f.UsageError("NAME is required")
 	case len(pos) > 1:
-		return f.usageError("unexpected argument %q (one NAME at a time)", pos[1])
+		return f.UsageError("unexpected argument %q (one NAME at a time)", pos[1])
 	}
 	name := pos[0]
 	if !tlsNameRE.MatchString(name) || name == "ca" || name == "ca-key" || name == "gossip" {
-		return f.usageError("NAME %q: must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit, and not ca, ca-key or gossip", name)
+		return f.UsageError("NAME %q: must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit, and not ca, ca-key or gossip", name)
 	}
 	ca, err := certs.LoadCA(*dir)
 	if err != nil {

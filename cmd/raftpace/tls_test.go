@@ -136,12 +136,12 @@ func TestAgent_SecurityConfigErrors(t *testing.T) {
 		{"token twice", []string{"--http-token-file", tokenFile}, map[string]string{"RAFTPACE_HTTP_TOKEN": "0123456789abcdef0"}, []string{
 			"--http-token-file and RAFTPACE_HTTP_TOKEN are both set"}},
 		{"env", []string{"--http", "off"}, map[string]string{"RAFTPACE_TLS_CA": a("ca.pem")}, []string{
-			"--tls-ca given, --tls-cert, --tls-key missing"}},
+			"--tls-ca (from RAFTPACE_TLS_CA), --tls-cert and --tls-key must be given together"}},
 	}
 	for _, tc := range tests {
 		r := runCLI(t.Context(), tc.env, append(append([]string(nil), base...), tc.args...)...)
-		if r.code != 1 {
-			t.Errorf("%s: exit %d, want 1\nstderr: %s", tc.name, r.code, r.stderr)
+		if r.code != 2 {
+			t.Errorf("%s: exit %d, want 2\nstderr: %s", tc.name, r.code, r.stderr)
 			continue
 		}
 		for _, w := range tc.want {
