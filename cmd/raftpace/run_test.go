@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 )
 
 func TestRun_UsageAndHelp(t *testing.T) {
@@ -191,31 +189,6 @@ func TestLimitSet_BadArgs(t *testing.T) {
 	r = runCLI(t.Context(), map[string]string{"RAFTPACE_ADDR": dead}, "status", "--timeout", "5s")
 	if r.code != 3 || !strings.Contains(r.stderr, dead) {
 		t.Errorf("status with RAFTPACE_ADDR: exit %d, %s", r.code, r.stderr)
-	}
-}
-
-func TestParse_Interleaved(t *testing.T) {
-	t.Parallel()
-	f := cmdline.New("x", "", "")
-	rate := f.String("rate", "", "")
-	n := f.Int("n", 0, "")
-	var l cmdline.List
-	l.Sep = ","
-	f.Var(&l, "l", "")
-	c := &cli{getenv: func(k string) (string, bool) {
-		if k == "RAFTPACE_N" {
-			return "7", true
-		}
-		return "", false
-	}}
-	f.WithEnv("n", "l")
-	pos, err := c.parse(f, []string{"KEY", "--rate", "5", "FILE", "--l", "a,b", "--l", "c", "--", "--rate", "-k"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if *rate != "5" || *n != 7 || !slices.Equal(pos, []string{"KEY", "FILE", "--rate", "-k"}) ||
-		!slices.Equal(l.Items, []string{"a", "b", "c"}) {
-		t.Errorf("rate %q n %d pos %q l %q", *rate, *n, pos, l.Items)
 	}
 }
 
