@@ -34,7 +34,8 @@ func TestBinary_ExitCodes(t *testing.T) {
 		{[]string{"limit", "set", "--rate", "5", "--addr", live, "--", "-dash"}, 0, ""},
 		{[]string{"limit", "get", "-dash", "--addr", live}, 2, "flag provided but not defined: -dash"},
 		{[]string{"limit", "get", "--addr", live, "--", "-dash"}, 0, ""},
-		{[]string{"limit", "get", "nokey", "--addr", live}, 1, "unknown key"},
+		{[]string{"limit", "get", "nokey", "--addr", live}, 1, `raftpace: limit get "nokey": unknown key`},
+		{[]string{"join", "127.0.0.1:1", "--addr", live}, 1, "raftpace: join [127.0.0.1:1]: no address answered: failed to join 127.0.0.1:1:"},
 		{[]string{"limit", "set", "k", "--rate", "-1", "--addr", live}, 2, "--rate -1: must be > 0"},
 		{[]string{"limit", "set", "k", "--rate", "5", "--burst", "1.5", "--addr", live}, 2, `--burst: invalid integer "1.5"`},
 		{[]string{"limit", "set", "k", "--rate", "1e-300", "--addr", live}, 2, "below the minimum"},
@@ -58,7 +59,7 @@ func TestBinary_ExitCodes(t *testing.T) {
 		if code != tc.code || !strings.Contains(string(out), tc.stderr) {
 			t.Errorf("raftpace %q: exit %d, want %d and %q:\n%s", tc.args, code, tc.code, tc.stderr, out)
 		}
-		if strings.Contains(string(out), "fsm:") || strings.Contains(string(out), "goroutine ") {
+		if strings.Contains(string(out), "fsm:") || strings.Contains(string(out), "node:") || strings.Contains(string(out), "goroutine ") {
 			t.Errorf("raftpace %q: an internal prefix or a stack in front of the operator:\n%s", tc.args, out)
 		}
 	}

@@ -350,6 +350,10 @@ func (c *cli) join(name string, args []string) error {
 	ctx, cancel := o.context(c)
 	defer cancel()
 	count, err := o.client().Join(ctx, addrs.Items)
+	var ae *admin.Error
+	if errors.As(err, &ae) {
+		return err // the agent's answer names the join and the addresses
+	}
 	if err != nil {
 		return fmt.Errorf("join: %w", err)
 	}

@@ -169,6 +169,12 @@ func (c *cli) report(err error) int {
 		return exitUsage
 	default:
 		msg := err.Error()
+		// The agent's answers carry the Go package that made them
+		// ("node: join ..."): an operator needs what failed, not where.
+		var ae *admin.Error
+		if errors.As(err, &ae) {
+			msg = strings.Replace(msg, ae.Message, strings.TrimPrefix(ae.Message, "node: "), 1)
+		}
 		// Multi-line errors (every problem of a configuration) are indented.
 		msg = strings.ReplaceAll(msg, "\n", "\n  ")
 		fmt.Fprintf(c.stderr, "raftpace: %s\n", msg)
