@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/client"
@@ -46,14 +47,21 @@ func ReadPolicy(path string) (PolicyFile, error) {
 			l.Burst = 1
 		}
 		if err := fsm.ValidateKey(k); err != nil {
-			errs = append(errs, fmt.Errorf("%s: limits: %w", path, err))
-		} else if err := (fsm.Limit{Rate: l.Rate, Burst: l.Burst}).Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: limit %q: %w", path, k, err))
+			errs = append(errs, fmt.Errorf("%s: limits: %s", path, strings.TrimPrefix(err.Error(), "fsm: ")))
+			continue
+		}
+		lim := fsm.Limit{Rate: l.Rate, Burst: l.Burst}
+		problems := lim.Explain("rate", "burst")
+		if err := fsm.CheckMinRate(l.Rate); len(problems) == 0 && err != nil {
+			problems = append(problems, err.Error())
+		}
+		for _, p := range problems {
+			errs = append(errs, fmt.Errorf("%s: limit %q: %s", path, k, p))
 		}
 	}
 	for k, c := range p.Caps {
 		if err := fsm.ValidateKey(k); err != nil {
-			errs = append(errs, fmt.Errorf("%s: caps: %w", path, err))
+			errs = append(errs, fmt.Errorf("%s: caps: %s", path, strings.TrimPrefix(err.Error(), "fsm: ")))
 		} else if c < 1 || c > fsm.MaxCap {
 			errs = append(errs, fmt.Errorf("%s: cap %q: %d must be 1..%d", path, k, c, fsm.MaxCap))
 		}
