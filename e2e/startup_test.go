@@ -47,10 +47,10 @@ func TestE2E_StartupErrors(t *testing.T) {
 		}, []string{"raftpace: agent: --http: listen tcp", "address already in use"}},
 		{"bind port taken", func(t *testing.T, _ string) []string {
 			return []string{"--bind", held(t)}
-		}, []string{"raftpace: agent: starting node: node: transport: listen on BindAddr", "address already in use"}},
+		}, []string{"raftpace: agent: starting node: transport: listen on BindAddr", "address already in use"}},
 		{"gossip port taken", func(t *testing.T, _ string) []string {
 			return []string{"--gossip-bind", held(t)}
-		}, []string{"raftpace: agent: starting node: node: gossip:", "address already in use"}},
+		}, []string{"raftpace: agent: starting node: gossip:", "address already in use"}},
 		{"ready-file dir missing", func(t *testing.T, _ string) []string {
 			return []string{"--ready-file", filepath.Join(t.TempDir(), "no", "such", "ready.json")}
 		}, []string{"raftpace: agent: --ready-file:", "no such file or directory"}},
@@ -59,7 +59,7 @@ func TestE2E_StartupErrors(t *testing.T) {
 		}, []string{"raftpace: agent: --timeline:", "not a directory"}},
 		{"data dir under a file", func(t *testing.T, _ string) []string {
 			return []string{"--data-dir", filepath.Join(file(t, "f", "x"), "data")}
-		}, []string{"raftpace: agent: starting node: node: DataDir:", "not a directory"}},
+		}, []string{"raftpace: agent: starting node: DataDir:", "not a directory"}},
 		{"data dir in use", func(t *testing.T, dataDir string) []string {
 			// Hold raft.db's lock as a running agent would.
 			if err := os.MkdirAll(dataDir, 0o750); err != nil {
@@ -74,7 +74,7 @@ func TestE2E_StartupErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			return nil
-		}, []string{"raftpace: agent: starting node: node: raft store", "locked by another process", "another node running on DataDir"}},
+		}, []string{"raftpace: agent: starting node: raft store", "locked by another process", "another node running on DataDir"}},
 		{"TLS files missing", func(t *testing.T, _ string) []string {
 			dir := t.TempDir()
 			return []string{"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "n.pem"), "--tls-key", filepath.Join(dir, "n.key")}

@@ -116,7 +116,8 @@ func TestAgent_InProcess(t *testing.T) {
 		t.Errorf("status --json: %v %+v", err, st)
 	}
 	r = op(1, "join", "127.0.0.1:1")
-	if !strings.Contains(r.stderr, "raftpace: join: ") {
+	if !strings.Contains(r.stderr, "raftpace: join [127.0.0.1:1]: no address answered") ||
+		strings.Contains(r.stderr, "node:") {
 		t.Errorf("join to nowhere: %s", r.stderr)
 	}
 
