@@ -85,7 +85,7 @@ func (c *cli) bench(name string, args []string) error {
 			continue
 		}
 		if !bench.IsApproach(n) && n != bench.KeysGroup {
-			return f.UsageError("--only %q: unknown approach %q (choose from %s, or %s)", *only, n, strings.Join(bench.Approaches, ","), bench.KeysGroup)
+			return f.ValueError("--only %q: unknown approach %q (choose from %s, or %s)", *only, n, strings.Join(bench.Approaches, ","), bench.KeysGroup)
 		}
 		names = append(names, n)
 	}
@@ -96,7 +96,7 @@ func (c *cli) bench(name string, args []string) error {
 		}
 		r, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(r > 0) || math.IsInf(r, 0) || r > 1e7 {
-			return f.UsageError("--ceilings %q: %q is not a rate (events/s, above 0, at most 1e7)", *ceilings, v)
+			return f.ValueError("--ceilings %q: %q is not a rate (events/s, above 0, at most 1e7)", *ceilings, v)
 		}
 		rates = append(rates, r)
 	}
@@ -107,7 +107,7 @@ func (c *cli) bench(name string, args []string) error {
 		}
 		k, err := strconv.Atoi(v)
 		if err != nil || k < 1 || k > bench.MaxKeys {
-			return f.UsageError("--keys %q: %q is not a key count (a whole number from 1 to %d)", *keys, v, bench.MaxKeys)
+			return f.ValueError("--keys %q: %q is not a key count (a whole number from 1 to %d)", *keys, v, bench.MaxKeys)
 		}
 		counts = append(counts, k)
 	}
@@ -220,7 +220,7 @@ func (c *cli) benchWorker(name string, args []string) error {
 		}
 		p, err = bench.DialLoopback(ctx, *echo, *grace)
 	default:
-		return f.UsageError("--pacer %q: must be postgres, redis, xrate, gubernator or loopback", *pacer)
+		return f.ValueError("--pacer %q: must be postgres, redis, xrate, gubernator or loopback", *pacer)
 	}
 	if err != nil {
 		return fmt.Errorf("bench-worker: %w", err)

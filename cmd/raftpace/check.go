@@ -133,14 +133,14 @@ func (c *cli) check(name string, args []string) error {
 		return err
 	}
 	if p := (fsm.Limit{Rate: r, Burst: *burst}).Explain("--rate", "--burst"); len(p) > 0 {
-		return f.UsageError("%s", strings.Join(p, "; "))
+		return f.ValueError("%s", strings.Join(p, "; "))
 	}
 	if *delta < 0 {
-		return f.UsageError("--delta %v: must not be negative", *delta)
+		return f.ValueError("--delta %v: must not be negative", *delta)
 	}
 	if *key != "" {
 		if err := fsm.ValidateKey(*key); err != nil {
-			return f.UsageError("--key: %v", err)
+			return f.ValueError("--key: %v", err)
 		}
 	}
 	if len(files) == 0 {

@@ -87,7 +87,7 @@ func (c *cli) demo(name string, args []string) error {
 		problems = append(problems, fmt.Sprintf("--key: %v", err))
 	}
 	if len(problems) > 0 {
-		return f.UsageError("%s", strings.Join(problems, "\n"))
+		return f.ValueError("%s", strings.Join(problems, "\n"))
 	}
 	ok, err := demo.Run(c.ctx, d, c.stdout, c.stderr)
 	if err != nil {

@@ -31,7 +31,7 @@ func (c *cli) pause(name string, args []string) error {
 		return err
 	}
 	if *d <= 0 || *d > fsm.MaxPause {
-		return f.UsageError("--for must be a duration in (0, %v], like 15s", fsm.MaxPause)
+		return f.ValueError("--for must be a duration in (0, %v], like 15s", fsm.MaxPause)
 	}
 	ctx, cancel := o.context(c)
 	defer cancel()
@@ -96,7 +96,7 @@ func (c *cli) slotsSet(args []string) error {
 	}
 	m, err := strconv.Atoi(strings.TrimSpace(*maxS))
 	if err != nil || m < 1 || m > fsm.MaxCap {
-		return f.UsageError("--max: %q is not a whole number in 1..%d", *maxS, fsm.MaxCap)
+		return f.ValueError("--max: %q is not a whole number in 1..%d", *maxS, fsm.MaxCap)
 	}
 	ctx, cancel := o.context(c)
 	defer cancel()

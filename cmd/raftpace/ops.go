@@ -83,7 +83,7 @@ func (c *cli) status(name string, args []string) error {
 		return err
 	}
 	if *watch && *interval < 100*time.Millisecond {
-		return f.UsageError("--interval %v: must be at least 100ms", *interval)
+		return f.ValueError("--interval %v: must be at least 100ms", *interval)
 	}
 	if !*watch {
 		ctx, cancel := o.context(c)
@@ -254,7 +254,7 @@ func (c *cli) limitSet(args []string) error {
 	}
 	b, err := strconv.Atoi(strings.TrimSpace(*burst))
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return f.UsageError("--burst: invalid integer %q", *burst)
+		return f.ValueError("--burst: invalid integer %q", *burst)
 	}
 	lim := fsm.Limit{Rate: r, Burst: b}
 	if err := checkLimit(f, lim); err != nil {

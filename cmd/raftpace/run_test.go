@@ -148,7 +148,7 @@ func TestLimitSet_BadArgs(t *testing.T) {
 		want string
 	}{
 		{[]string{"limit", "set", "k", "--rate", "abc"}, 2, `raftpace limit set: --rate: invalid number "abc"`},
-		{[]string{"limit", "set", "k", "--rate", "5", "--burst", "1.5"}, 2, `--burst: invalid integer "1.5"`},
+		{[]string{"limit", "set", "k", "--rate", "5", "--burst", "1.5"}, 2, "--burst: invalid integer \"1.5\"\nRun 'raftpace limit set -h' for usage."},
 		{[]string{"limit", "set", "--rate", "5"}, 2, "KEY is required"},
 		{[]string{"limit", "set", "k"}, 2, "--rate is required"},
 		{[]string{"limit", "set", "k", "j", "--rate", "5"}, 2, `unexpected argument "j"`},
@@ -167,7 +167,7 @@ func TestLimitSet_BadArgs(t *testing.T) {
 		{[]string{"limit", "set", strings.Repeat("k", 300), "--rate", "5"}, 2, "longer than the maximum 256"},
 		{[]string{"limit", "set", "--", "-k", "--rate", "5"}, 2, "--rate after --: flags go before --"},
 		{[]string{"pause", "k", "--for", "1s", "--timeout", "0s"}, 2, `invalid value "0s" for flag --timeout: must be > 0`},
-		{[]string{"status", "--timeout", "-1s"}, 2, `invalid value "-1s" for flag --timeout: must be > 0`},
+		{[]string{"status", "--timeout", "-1s"}, 2, "invalid value \"-1s\" for flag --timeout: must be > 0\nRun 'raftpace status -h' for usage."},
 		// No agent answered: nothing was asked, exit 3.
 		{[]string{"limit", "set", "k", "--rate", "5"}, 3, "raftpace: limit set \"k\": cannot reach agent at " + dead + ": "},
 		{[]string{"limit", "get", "k"}, 3, "is it running? (--addr)"},

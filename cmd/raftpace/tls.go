@@ -132,7 +132,7 @@ func (c *cli) tlsNode(args []string) error {
 	}
 	name := pos[0]
 	if !tlsNameRE.MatchString(name) || name == "ca" || name == "ca-key" || name == "gossip" {
-		return f.UsageError("NAME %q: must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit, and not ca, ca-key or gossip", name)
+		return f.ValueError("NAME %q: must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit, and not ca, ca-key or gossip", name)
 	}
 	ca, err := certs.LoadCA(*dir)
 	if err != nil {

@@ -161,7 +161,11 @@ func (f *Flags) Read(args []string, getenv func(string) (string, bool)) ([]strin
 			return nil, ErrHelp
 		}
 		if err != nil {
-			return nil, f.UsageError("%s", flagMessage(err, args))
+			msg := flagMessage(err, args)
+			if strings.HasPrefix(msg, "invalid value ") {
+				return nil, f.ValueError("%s", msg)
+			}
+			return nil, f.UsageError("%s", msg)
 		}
 		rest := f.Args()
 		if len(rest) == 0 {
@@ -175,7 +179,7 @@ func (f *Flags) Read(args []string, getenv func(string) (string, bool)) ([]strin
 			for _, a := range rest[min(1, len(rest)):] {
 				name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 				if strings.HasPrefix(a, "-") && f.Lookup(name) != nil {
-					return nil, f.UsageError("%s after --: flags go before --, which only marks where a KEY starting with '-' begins (raftpace %s [flags] -- -key)", a, f.Cmd)
+					return nil, f.ValueError("%s after --: flags go before --, which only marks where a KEY starting with '-' begins (raftpace %s [flags] -- -key)", a, f.Cmd)
 				}
 			}
 			pos = append(pos, rest...)
@@ -197,7 +201,7 @@ func (f *Flags) Read(args []string, getenv func(string) (string, bool)) ([]strin
 			continue
 		}
 		if err := f.Set(n, v); err != nil {
-			return nil, f.UsageError("%s=%q: %v", f.Env[n], v, err)
+			return nil, f.ValueError("%s=%q: %v", f.Env[n], v, err)
 		}
 		if f.FromEnv == nil {
 			f.FromEnv = map[string]string{}
@@ -239,18 +243,21 @@ func (f *Flags) Rate(s string) (float64, error) {
 	}
 	r, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return 0, f.UsageError("--rate: invalid number %q", s)
+		return 0, f.ValueError("--rate: invalid number %q", s)
 	}
 	return r, nil
 }
 
-// UsageError is a mistake on the command line, shown with the usage.
+// UsageError is a mistake in the shape of the command line (a flag that
+// does not exist, an argument missing or extra), shown with the usage: the
+// operator needs the list to correct it.
 func (f *Flags) UsageError(format string, a ...any) error {
 	return &UsageError{Cmd: f.Cmd, Msg: fmt.Sprintf(format, a...), Usage: f.Usage()}
 }
 
-// ValueError is a usage error in a value (exit 2) whose message says all:
-// a hint to -h follows, not the whole usage.
+// ValueError is a usage error in a value (exit 2) whose message names the
+// flag and the rule: a hint to -h follows, not the whole usage, so the
+// message stays on the operator's screen.
 func (f *Flags) ValueError(format string, a ...any) error {
 	return &UsageError{Cmd: f.Cmd, Msg: fmt.Sprintf(format, a...)}
 }
