@@ -68,6 +68,7 @@ var rooms = map[string][]string{
 		"internal/timeline", "node/report"},
 	// The binary: dispatch and flags in main, one job per internal package.
 	"cmd/raftpace/internal/cmdline":    {},
+	"cmd/raftpace/internal/policy":     {"fsm"},
 	"cmd/raftpace/internal/atomicfile": {},
 	"cmd/raftpace/internal/certs":      {"cmd/raftpace/internal/atomicfile"},
 	"cmd/raftpace/internal/render":     {"fsm", "node/report"},
@@ -76,7 +77,7 @@ var rooms = map[string][]string{
 	"cmd/raftpace/internal/demo": {"cmd/raftpace/internal/certs", "cmd/raftpace/internal/loadgen", "fsm",
 		"internal/loop", "internal/timeline", "node"},
 	"cmd/raftpace/internal/agent": {".", "agent/admin", "agent/dataplane", "agent/metrics", "agent/web", "client",
-		"cmd/raftpace/internal/atomicfile", "cmd/raftpace/internal/loadgen", "fsm", "node"},
+		"cmd/raftpace/internal/atomicfile", "cmd/raftpace/internal/loadgen", "cmd/raftpace/internal/policy", "fsm", "node"},
 	"cmd/raftpace": {"*"},
 	"e2e":          {"*"},
 }

@@ -6,9 +6,9 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/raftpace/raftpace/cmd/raftpace/internal/agent"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/loadgen"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/policy"
 	"github.com/raftpace/raftpace/fsm"
 )
 
@@ -69,7 +69,7 @@ func (g *gateLoadFlags) validate(bad func(error)) {
 		bad(errors.New("--slot-log: only meaningful with --load-slots"))
 	}
 	if g.policy != "" {
-		if _, err := agent.ReadPolicy(g.policy); err != nil {
+		if _, err := policy.Read(g.policy); err != nil {
 			bad(fmt.Errorf("--policy: %w", err))
 		}
 	}

@@ -136,6 +136,7 @@ func (c *cli) status(name string, args []string) error {
 const limitUsage = `Usage: raftpace limit set KEY --rate R [--burst B] [flags]
        raftpace limit get KEY [--json] [flags]
        raftpace limit list [--json] [flags]
+       raftpace limit apply FILE [--dry-run] [flags]
 
 Sets or reads the limit of a key, through the agent at --addr. A limit is a
 rate R (events per second across the whole cluster) and a burst B >= 1: in
@@ -147,11 +148,14 @@ the * gets its own limit R, B on first use, with no step per key
 the longest matching template wins. Events of a template's keys are counted
 under the template in status and metrics; an idle key leaves the leader's
 memory after a minute.
+
+limit apply sets every limit and cap of a policy file that differs from the
+cluster's, checking the whole file first (raftpace limit apply -h).
 Run 'raftpace limit set -h' for the flags.
 `
 
 // boolFlags are the operator subcommands' flags that take no value.
-var boolFlags = map[string]bool{"json": true, "h": true, "help": true, "watch": true}
+var boolFlags = map[string]bool{"json": true, "h": true, "help": true, "watch": true, "dry-run": true}
 
 // findSubcommand finds a subcommand among args: flags may come before it
 // (limit --addr A set K --rate R), so it is the first argument that is
@@ -181,7 +185,7 @@ func (c *cli) limit(name string, args []string) error {
 		return cmdline.ErrHelp
 	}
 	if sub < 0 || args[sub] == "--" {
-		return &cmdline.UsageError{Cmd: "limit", Msg: "missing subcommand: set, get or list", Usage: limitUsage}
+		return &cmdline.UsageError{Cmd: "limit", Msg: "missing subcommand: set, get, list or apply", Usage: limitUsage}
 	}
 	rest := append(slices.Clone(args[:sub]), args[sub+1:]...)
 	switch args[sub] {
@@ -191,11 +195,13 @@ func (c *cli) limit(name string, args []string) error {
 		return c.limitGet(rest)
 	case "list", "ls":
 		return c.limitList(rest)
+	case "apply":
+		return c.limitApply(rest)
 	case "help":
 		fmt.Fprint(c.stdout, limitUsage)
 		return cmdline.ErrHelp
 	}
-	return &cmdline.UsageError{Cmd: "limit", Msg: fmt.Sprintf("unknown subcommand %q: want set, get or list", args[sub]), Usage: limitUsage}
+	return &cmdline.UsageError{Cmd: "limit", Msg: fmt.Sprintf("unknown subcommand %q: want set, get, list or apply", args[sub]), Usage: limitUsage}
 }
 
 // oneKey returns the single positional KEY.

@@ -27,7 +27,7 @@ Daemon:
 
 Operator (talks to an agent's admin API at --addr, default 127.0.0.1:7402):
   status    show the cluster as the agent sees it: leader, members, limits
-  limit     set, get or list limits: limit set KEY --rate R [--burst B]
+  limit     set, get, list or apply limits: limit set KEY --rate R [--burst B]
   pause     pause a key fleet-wide, as after a 429: pause KEY --for 15s
   slots     set, delete or list concurrency caps: slots set KEY --max N
   join      tell the agent to join cluster members at their gossip addresses
@@ -160,7 +160,7 @@ func (c *cli) report(err error) int {
 	case errors.As(err, &code):
 		return int(code)
 	case errors.As(err, &ue):
-		fmt.Fprintf(c.stderr, "raftpace %s: %s\n", ue.Cmd, ue.Msg)
+		fmt.Fprintf(c.stderr, "raftpace %s: %s\n", ue.Cmd, strings.ReplaceAll(ue.Msg, "\n", "\n  "))
 		if ue.Usage != "" {
 			fmt.Fprintf(c.stderr, "\n%s", ue.Usage)
 		} else {
@@ -168,13 +168,7 @@ func (c *cli) report(err error) int {
 		}
 		return exitUsage
 	default:
-		msg := err.Error()
-		// The agent's answers carry the Go package that made them
-		// ("node: join ..."): an operator needs what failed, not where.
-		var ae *admin.Error
-		if errors.As(err, &ae) {
-			msg = strings.Replace(msg, ae.Message, strings.TrimPrefix(ae.Message, "node: "), 1)
-		}
+		msg := operatorMessage(err)
 		// Multi-line errors (every problem of a configuration) are indented.
 		msg = strings.ReplaceAll(msg, "\n", "\n  ")
 		fmt.Fprintf(c.stderr, "raftpace: %s\n", msg)
@@ -187,6 +181,18 @@ func (c *cli) report(err error) int {
 		}
 		return exitError
 	}
+}
+
+// operatorMessage is err's message without the Go package that made an
+// agent's answer ("node: join ..."): an operator needs what failed, not
+// where.
+func operatorMessage(err error) string {
+	msg := err.Error()
+	var ae *admin.Error
+	if errors.As(err, &ae) {
+		msg = strings.Replace(msg, ae.Message, strings.TrimPrefix(ae.Message, "node: "), 1)
+	}
+	return msg
 }
 
 func (c *cli) help(args []string) error {

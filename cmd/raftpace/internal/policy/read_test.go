@@ -1,4 +1,4 @@
-package agent
+package policy
 
 import (
 	"os"
@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// ReadPolicy names every problem of a policy file at once, with the rules
+// Read names every problem of a policy file at once, with the rules
 // the cluster would apply (a rate below fsm.MinRate included), so an agent
 // refuses it at start-up rather than failing on its first register.
-func TestReadPolicy(t *testing.T) {
+func TestRead(t *testing.T) {
 	tests := []struct {
 		name, doc string
 		want      []string // "" : valid
@@ -27,15 +27,15 @@ func TestReadPolicy(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.doc), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, err := ReadPolicy(path)
+			_, err := Read(path)
 			if len(tc.want) == 0 {
 				if err != nil {
-					t.Fatalf("ReadPolicy: %v", err)
+					t.Fatalf("Read: %v", err)
 				}
 				return
 			}
 			if err == nil {
-				t.Fatalf("ReadPolicy accepted %s", tc.doc)
+				t.Fatalf("Read accepted %s", tc.doc)
 			}
 			if strings.Contains(err.Error(), "fsm:") {
 				t.Errorf("an internal prefix in front of the operator:\n%v", err)
@@ -47,7 +47,7 @@ func TestReadPolicy(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ReadPolicy(filepath.Join(t.TempDir(), "missing.json")); err == nil || !strings.Contains(err.Error(), "missing.json") {
+	if _, err := Read(filepath.Join(t.TempDir(), "missing.json")); err == nil || !strings.Contains(err.Error(), "missing.json") {
 		t.Errorf("a missing file: %v", err)
 	}
 }

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/policy"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
+	"github.com/raftpace/raftpace/fsm"
+)
+
+// applyInFlight is how many changes `limit apply` has in flight at once:
+// each is one raft commit, and the leader batches commits that arrive
+// together, so a thousand keys take about a second instead of a thousand
+// round trips in a row.
+const applyInFlight = 16
+
+func (c *cli) limitApply(args []string) error {
+	f := cmdline.New("limit apply", "FILE [--dry-run] [flags]",
+		"Sets the limits and caps of a policy file (the format of 'raftpace agent\n"+
+			"--policy': {\"limits\":{\"KEY\":{\"rate\":R,\"burst\":B}},\"caps\":{\"KEY\":N}}) across\n"+
+			"the cluster, as many 'limit set' and 'slots set' would. The file is checked\n"+
+			"first, every problem at once, and nothing is set if it has one. Only keys\n"+
+			"whose value differs from the cluster's are set; each change is printed.\n\n"+
+			"Apply is idempotent, not atomic: each key commits on its own, so if some fail\n"+
+			"(exit 1, each named) the others stay set; run it again to finish. It never\n"+
+			"deletes: keys the cluster holds and the file does not name keep their values\n"+
+			"(they are counted in the summary). --timeout bounds each request.")
+	o := addAdminFlags(f)
+	dryRun := f.Bool("dry-run", false, "print what would change and change nothing")
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 0:
+		return f.UsageError("FILE is required")
+	case len(pos) > 1:
+		return f.UsageError("unexpected argument %q (one FILE)", pos[1])
+	}
+	file, err := policy.Read(pos[0])
+	if err != nil {
+		return f.ValueError("%v", err)
+	}
+	ctx, cancel := o.context(c)
+	cl := o.client()
+	limits, err := cl.Limits(ctx)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("limit apply: %w", err)
+	}
+	caps, err := cl.Caps(ctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("limit apply: %w", err)
+	}
+	plan := policy.Diff(file, limits, caps)
+	if *dryRun {
+		for _, ch := range plan.Changes {
+			printChange(c.stdout, ch)
+		}
+		lead := fmt.Sprintf("dry run: would set %d keys", len(plan.Changes))
+		fmt.Fprintf(c.stdout, "%s; nothing was sent\n", planSummary(lead, plan))
+		return nil
+	}
+
+	failed := policy.Apply(c.ctx, cl, plan.Changes, applyInFlight, o.timeout)
+	done := 0
+	for i, ch := range plan.Changes {
+		if failed[i] != nil {
+			kind := "limit"
+			if ch.Cap {
+				kind = "cap"
+			}
+			fmt.Fprintf(c.stderr, "raftpace: limit apply: %s %q: %s\n", kind, ch.Key, operatorMessage(failed[i]))
+			continue
+		}
+		printChange(c.stdout, ch)
+		done++
+	}
+	lead := fmt.Sprintf("set %d of %d keys", done, len(plan.Changes))
+	if len(plan.Changes) == 0 {
+		lead = "nothing to set"
+	}
+	fmt.Fprintln(c.stdout, planSummary(lead, plan))
+	if n := len(plan.Changes) - done; n > 0 {
+		// Not wrapped: some changes committed, so this is no "nothing was
+		// changed" exit 3 even if the agent stopped answering midway.
+		return fmt.Errorf("limit apply: %d of %d changes failed (named above); the other %d are set; run it again to finish", n, len(plan.Changes), done)
+	}
+	return nil
+}
+
+// printChange prints one change as the operator reads it:
+// "limit tenant:a: 5/s burst 5 (new)", "cap api: 4 -> 8".
+func printChange(w io.Writer, ch policy.Change) {
+	limit := func(l fsm.Limit) string { return fmt.Sprintf("%s/s burst %d", render.Rate(l.Rate), l.Burst) }
+	switch {
+	case ch.Cap && ch.New():
+		fmt.Fprintf(w, "cap %s: %d (new)\n", ch.Key, ch.Max)
+	case ch.Cap:
+		fmt.Fprintf(w, "cap %s: %d -> %d\n", ch.Key, ch.WasMax, ch.Max)
+	case ch.New():
+		fmt.Fprintf(w, "limit %s: %s (new)\n", ch.Key, limit(ch.Limit))
+	default:
+		fmt.Fprintf(w, "limit %s: %s -> %s\n", ch.Key, limit(ch.Was), limit(ch.Limit))
+	}
+}
+
+// planSummary ends a run: what it did (lead), then what it left alone.
+func planSummary(lead string, p policy.Plan) string {
+	s := fmt.Sprintf("%s; %d already as in the file", lead, p.Unchanged)
+	if p.Untouched > 0 {
+		s += fmt.Sprintf("; %d not in the file left as they are", p.Untouched)
+	}
+	return s
+}

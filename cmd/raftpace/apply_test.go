@@ -1,0 +1,108 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// limit apply, from the real binary against a real agent: a dry run
+// changes nothing, a run sets only what differs and says so, a second run
+// has nothing to do, a file with a mistake sets nothing, and a thousand
+// keys go in one command.
+func TestBinary_LimitApply(t *testing.T) {
+	bin := buildBinary(t)
+	a := startBinAgent(t, bin, t.TempDir())
+	if a.info.HTTPAddr == "" {
+		t.Fatalf("agent did not start:\n%s", a.stderr)
+	}
+	run := func(wantCode int, args ...string) (stdout, stderr string) {
+		t.Helper()
+		cmd := exec.Command(bin, append(args, "--addr", a.info.HTTPAddr)...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		var o, e strings.Builder
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != wantCode {
+			t.Fatalf("raftpace %q: exit %d, want %d:\n%s%s", args, code, wantCode, o.String(), e.String())
+		}
+		return o.String(), e.String()
+	}
+	file := func(doc string) string {
+		p := filepath.Join(t.TempDir(), "policy.json")
+		if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	contains := func(what, got string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s lacks %q:\n%s", what, w, got)
+			}
+		}
+	}
+
+	run(0, "limit", "set", "a", "--rate", "1")
+	run(0, "limit", "set", "kept", "--rate", "3")
+	pf := file(`{"limits":{"a":{"rate":5,"burst":2},"tenant:*":{"rate":1}},"caps":{"api":4}}`)
+
+	out, _ := run(0, "limit", "apply", pf, "--dry-run")
+	contains("dry run", out, "limit a: 1/s burst 1 -> 5/s burst 2\n", "limit tenant:*: 1/s burst 1 (new)\n", "cap api: 4 (new)\n",
+		"dry run: would set 3 keys; 0 already as in the file; 1 not in the file left as they are; nothing was sent")
+	if out, _ := run(0, "limit", "get", "a"); !strings.Contains(out, "a    1/s   1") {
+		t.Errorf("a dry run changed a:\n%s", out)
+	}
+
+	out, _ = run(0, "limit", "apply", pf)
+	contains("apply", out, "limit a: 1/s burst 1 -> 5/s burst 2\n", "set 3 of 3 keys; 0 already as in the file; 1 not in the file left as they are")
+	out, _ = run(0, "limit", "list")
+	contains("limits after apply", out, "a         5/s   2", "kept      3/s   1", "tenant:*  1/s   1")
+	out, _ = run(0, "slots", "list")
+	contains("caps after apply", out, "api  4")
+
+	out, _ = run(0, "limit", "apply", pf)
+	if out != "nothing to set; 3 already as in the file; 1 not in the file left as they are\n" {
+		t.Errorf("a second apply:\n%s", out)
+	}
+
+	// Every problem of the file at once, and nothing set.
+	_, errOut := run(2, "limit", "apply", file(`{"limits":{"fine":{"rate":5},"a b":{"rate":5},"slow":{"rate":1e-9}},"caps":{"x":0}}`))
+	contains("a bad file", errOut, `invalid key "a b"`, `limit "slow": rate 1e-09/s: below the minimum`, `cap "x": 0 must be 1..`)
+	if out, _ := run(0, "limit", "list"); strings.Contains(out, "fine") {
+		t.Errorf("a file with mistakes set a key:\n%s", out)
+	}
+	run(2, "limit", "apply", filepath.Join(t.TempDir(), "missing.json"))
+
+	// A thousand keys in one command.
+	var b strings.Builder
+	b.WriteString(`{"limits":{`)
+	for i := range 1000 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"tenant-%04d":{"rate":1}`, i)
+	}
+	b.WriteString("}}")
+	start := time.Now()
+	out, _ = run(0, "limit", "apply", file(b.String()))
+	t.Logf("limit apply of 1,000 new keys: %v", time.Since(start).Round(time.Millisecond))
+	contains("1,000 keys", out, "set 1000 of 1000 keys; 0 already as in the file; 4 not in the file left as they are") // a, kept, tenant:*, cap api
+	out, _ = run(0, "limit", "list")
+	if n := strings.Count(out, "tenant-"); n != 1000 {
+		t.Errorf("%d tenant keys listed after applying 1,000", n)
+	}
+}

@@ -1,0 +1,75 @@
+// Package policy reads the policy file (limits and caps by key, JSON) and
+// works out what applying it to a cluster would change. It checks a file
+// by the rules the cluster applies, so a mistake is refused before
+// anything is sent, and names every problem in the operator's words.
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/raftpace/raftpace/fsm"
+)
+
+// File is a policy document: the limits and caps an agent registers at
+// start-up (--policy) and `raftpace limit apply` sets.
+type File struct {
+	Limits map[string]Limit `json:"limits"`
+	Caps   map[string]int   `json:"caps"`
+}
+
+// Limit is a limit as the file writes it; Read makes a burst left out 1.
+type Limit struct {
+	Rate  float64 `json:"rate"`
+	Burst int     `json:"burst"`
+}
+
+// Read reads and checks a policy file: every key, limit and cap, with the
+// rules the cluster applies, every problem at once. A limit's burst left
+// out is 1.
+func Read(path string) (File, error) {
+	var p File
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return p, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return p, fmt.Errorf("%s: %w", path, err)
+	}
+	if dec.More() {
+		return p, fmt.Errorf("%s: trailing data after the JSON object", path)
+	}
+	var errs []error
+	for k, l := range p.Limits {
+		if l.Burst == 0 {
+			l.Burst = 1
+			p.Limits[k] = l
+		}
+		if err := fsm.ValidateKey(k); err != nil {
+			errs = append(errs, fmt.Errorf("%s: limits: %s", path, strings.TrimPrefix(err.Error(), "fsm: ")))
+			continue
+		}
+		lim := fsm.Limit{Rate: l.Rate, Burst: l.Burst}
+		problems := lim.Explain("rate", "burst")
+		if err := fsm.CheckMinRate(l.Rate); len(problems) == 0 && err != nil {
+			problems = append(problems, err.Error())
+		}
+		for _, p := range problems {
+			errs = append(errs, fmt.Errorf("%s: limit %q: %s", path, k, p))
+		}
+	}
+	for k, c := range p.Caps {
+		if err := fsm.ValidateKey(k); err != nil {
+			errs = append(errs, fmt.Errorf("%s: caps: %s", path, strings.TrimPrefix(err.Error(), "fsm: ")))
+		} else if c < 1 || c > fsm.MaxCap {
+			errs = append(errs, fmt.Errorf("%s: cap %q: %d must be 1..%d", path, k, c, fsm.MaxCap))
+		}
+	}
+	return p, errors.Join(errs...)
+}
