@@ -21,6 +21,12 @@ R*W + B + R*delta events of a key, across all files. It prints, per key, the
 largest count in any window of each length against that bound, the events
 per node and the achieved rate, and exits 1 if any window is over its bound.
 
+With several nodes it also prints the spread: each node's longest gap (the
+longest stretch of the key's span without an event of that node) and the
+seconds in which some node admitted under half an even share of that
+second's events. It says how fair the sharing was when every node wanted
+events all along (a load generator at saturation); it never fails a check.
+
 A file may end in a torn line with no newline, left by an agent killed
 while recording an event: check accepts it, counts it if it still holds a
 whole event (and, as its key may be cut short, for every checked key it is
@@ -87,8 +93,16 @@ type keyReportJSON struct {
 	AchievedRate float64        `json:"achieved_rate"`
 	Utilisation  float64        `json:"utilisation"`
 	PerNode      map[string]int `json:"per_node"`
+	Spread       spreadJSON     `json:"spread"`
 	Windows      []windowJSON   `json:"windows"`
 	OK           bool           `json:"ok"`
+}
+
+// spreadJSON is timeline.Fairness: how evenly the nodes admitted.
+type spreadJSON struct {
+	LongestGapNS   map[string]int64 `json:"longest_gap_ns"`
+	Seconds        int              `json:"seconds"`
+	StarvedSeconds int              `json:"starved_seconds"`
 }
 
 type windowJSON struct {
@@ -105,6 +119,10 @@ func reportJSON(r timeline.KeyReport) keyReportJSON {
 		Key: r.Key, Rate: r.Limit.Rate, Burst: r.Limit.Burst, Events: r.Events,
 		First: r.First, Last: r.Last, AchievedRate: r.AchievedRate, Utilisation: r.Utilisation,
 		PerNode: r.PerNode, OK: r.OK(),
+		Spread: spreadJSON{LongestGapNS: map[string]int64{}, Seconds: r.Fairness.Seconds, StarvedSeconds: r.Fairness.Starved},
+	}
+	for n, g := range r.Fairness.LongestGap {
+		out.Spread.LongestGapNS[n] = int64(g)
 	}
 	for _, w := range r.Windows {
 		out.Windows = append(out.Windows, windowJSON{
@@ -122,7 +140,9 @@ func (c *cli) check(name string, args []string) error {
 	key := f.String("key", "", "check only `KEY` (default: every key in the files)")
 	windows := checkWindows(timeline.DefaultWindows())
 	f.Var(&windows, "window", "window lengths `W,...` to check (durations, or seconds)")
-	delta := f.Duration("delta", 0, "allowance for the delay between a grant and its use: the bound is R*W+B+R*`D`")
+	// The promise's delta by default (the agent's default --use-grace): a
+	// check without it failed runs the cluster had kept its word on.
+	delta := f.Duration("delta", 50*time.Millisecond, "allowance for the delay between a grant and its use: the bound is R*W+B+R*`D`;\nthe agents' --use-grace (0 checks the stricter R*W+B)")
 	asJSON := f.Bool("json", false, "print the reports as JSON")
 	files, err := c.parse(f, args)
 	if err != nil {

@@ -57,21 +57,21 @@ func TestCheck_Pass(t *testing.T) {
 	files := writePaced(t, t.TempDir(), "shared", 3, 20, 10*time.Second)
 	r := mustRun(t, 0, append([]string{"check", "--rate", "20"}, files...)...)
 	for _, want := range []string{
-		"200 event(s) in 3 file(s); limit 20/s burst 1; bound R*W+B",
+		"200 event(s) in 3 file(s); limit 20/s burst 1; bound R*W+B+R*50ms",
 		"key=k events=200 rate=20.00/s (100.0% of 20) nodes: n1=67 n2=67 n3=66",
-		"OK: no window over R*W+B",
+		"OK: no window over R*W+B+R*50ms",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
 		}
 	}
 	// 20 or 21: whether a window's end is in it is the timeline package's call.
-	if !regexp.MustCompile(`W=1s max=2[01] bound=21.00 ok`).MatchString(r.stdout) {
+	if !regexp.MustCompile(`W=1s max=2[01] bound=22.00 ok`).MatchString(r.stdout) {
 		t.Errorf("1s window:\n%s", r.stdout)
 	}
 	// Flags after the files, --key, custom windows, delta.
 	args := append(append([]string{"check"}, files...), "--rate", "20")
-	if r := mustRun(t, 0, args...); !strings.Contains(r.stdout, "OK: no window over R*W+B") {
+	if r := mustRun(t, 0, args...); !strings.Contains(r.stdout, "OK: no window over R*W+B+R*50ms") {
 		t.Errorf("flags after files:\n%s", r.stdout)
 	}
 	r = mustRun(t, 0, append([]string{"check", "--key", "k", "--window", "250ms,3", "--delta", "50ms", "--rate", "20"}, files...)...)
@@ -83,7 +83,7 @@ func TestCheck_Pass(t *testing.T) {
 func TestCheck_Over(t *testing.T) {
 	t.Parallel()
 	files := writePaced(t, t.TempDir(), "solo", 3, 20, 5*time.Second)
-	r := mustRun(t, 1, append([]string{"check", "--rate", "20", "--burst", "1"}, files...)...)
+	r := mustRun(t, 1, append([]string{"check", "--rate", "20", "--burst", "1", "--delta", "0"}, files...)...)
 	if !regexp.MustCompile(`W=1s max=6[01] bound=21.00 OVER at `).MatchString(r.stdout) || !strings.Contains(r.stdout, `FAIL: ceiling exceeded for key "k"`) {
 		t.Errorf("stdout:\n%s", r.stdout)
 	}

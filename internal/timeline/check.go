@@ -1,6 +1,7 @@
 package timeline
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -68,6 +69,7 @@ type KeyReport struct {
 	Utilisation float64
 	Windows     []WindowResult
 	PerNode     map[string]int // events per node id
+	Fairness    Fairness
 }
 
 // overEpsilon is the relative tolerance for comparing a count with a bound,
@@ -80,17 +82,23 @@ const overEpsilon = 1e-9
 // in O(n log n) for unsorted input and O(n) per window length otherwise.
 func Check(events []Event, key string, spec Spec) KeyReport {
 	rep := KeyReport{Key: key, Limit: spec.Limit, PerNode: make(map[string]int)}
-	var times []int64
+	var mine []Event
 	for _, e := range events {
 		if e.Key != key {
 			continue
 		}
-		times = append(times, e.At)
+		mine = append(mine, e)
 		rep.PerNode[e.Node]++
 	}
-	if !slices.IsSorted(times) {
-		slices.Sort(times)
+	if !slices.IsSortedFunc(mine, byTime) {
+		slices.SortStableFunc(mine, byTime)
 	}
+	times := make([]int64, len(mine))
+	nodes := make([]string, len(mine))
+	for i, e := range mine {
+		times[i], nodes[i] = e.At, e.Node
+	}
+	rep.Fairness = fairness(times, nodes)
 	n := len(times)
 	rep.Events = n
 	if n > 0 {
@@ -119,6 +127,8 @@ func Check(events []Event, key string, spec Spec) KeyReport {
 	}
 	return rep
 }
+
+func byTime(a, b Event) int { return cmp.Compare(a.At, b.At) }
 
 // maxInWindow returns the largest number of times in any closed window
 // [t, t+w] and the start of the earliest such window. A window holding the most events can
@@ -182,9 +192,11 @@ func (r KeyReport) OK() bool {
 	return true
 }
 
-// String returns a short summary: one line for the key, one per window.
+// String returns a short summary: one line for the key, one for the spread
+// over nodes (when there are several), one per window.
 //
 //	key=k events=200 rate=19.93/s (99.7% of 20) nodes: n1=70 n2=65 n3=65
+//	  spread: longest gap n1=310ms n2=2.4s n3=250ms; 4 of 9 s with a node under half an even share
 //	  W=500ms max=11 bound=11.10 ok
 //	  W=1s max=31 bound=21.10 OVER at 2023-11-14T22:13:20.05Z (+50ms)
 func (r KeyReport) String() string {
@@ -201,6 +213,15 @@ func (r KeyReport) String() string {
 	sb.WriteString(" nodes:")
 	for _, n := range nodes {
 		fmt.Fprintf(&sb, " %s=%d", n, r.PerNode[n])
+	}
+	if len(nodes) > 1 {
+		sb.WriteString("\n  spread: longest gap")
+		for _, n := range nodes {
+			fmt.Fprintf(&sb, " %s=%v", n, r.Fairness.LongestGap[n].Round(time.Millisecond))
+		}
+		if r.Fairness.Seconds > 0 {
+			fmt.Fprintf(&sb, "; %d of %d s with a node under half an even share", r.Fairness.Starved, r.Fairness.Seconds)
+		}
 	}
 	for _, w := range r.Windows {
 		fmt.Fprintf(&sb, "\n  W=%v max=%d bound=%.2f", w.Window, w.MaxCount, w.Bound)

@@ -415,10 +415,39 @@ func TestKeyReport_String(t *testing.T) {
 	got := Check(evs, "k", spec).String()
 	want := strings.Join([]string{
 		"key=k events=12 rate=22.00/s (110.0% of 20) nodes: n1=1 n2=11",
+		"  spread: longest gap n1=260ms n2=50ms",                            // n1: from the first event to its only one
 		"  W=60ms max=3 bound=2.30 OVER at 2023-11-14T22:13:20.2Z (+200ms)", // [200ms, 260ms]
 		"  W=1s max=12 bound=21.10 ok",
 	}, "\n")
 	if got != want {
 		t.Errorf("String() =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// The spread: three nodes at 10/s each for 4 s, except that n3 admits
+// nothing in its second second (a starved node) while n1 takes its events.
+func TestCheck_Fairness(t *testing.T) {
+	var evs []Event
+	for i := range 40 {
+		at := t0 + int64(i)*100*ms
+		for _, n := range []string{"n1", "n2", "n3"} {
+			node := n
+			if n == "n3" && at >= t0+1000*ms && at < t0+2000*ms {
+				node = "n1"
+			}
+			evs = append(evs, Event{At: at + 1, Node: node, Key: "k"}) // +1: n1 first in each tick
+		}
+	}
+	slices.Reverse(evs) // unsorted input
+	f := Check(evs, "k", Spec{Limit: Limit{Rate: 30, Burst: 3}}).Fairness
+	if f.LongestGap["n3"] != time.Duration(1100*ms) || f.LongestGap["n1"] != time.Duration(100*ms) || f.LongestGap["n2"] != time.Duration(100*ms) {
+		t.Errorf("longest gaps %v, want n3 1.1s (its last event before the second, at +0.9s, to its next at +2.0s), n1 and n2 100ms", f.LongestGap)
+	}
+	if f.Seconds != 3 || f.Starved != 1 {
+		t.Errorf("%d of %d s starved, want 1 of 3 (the span is 3.9 s)", f.Starved, f.Seconds)
+	}
+	even := Check(evs[:0:0], "k", Spec{})
+	if len(even.Fairness.LongestGap) != 0 || even.Fairness.Seconds != 0 {
+		t.Errorf("no events: %+v", even.Fairness)
 	}
 }

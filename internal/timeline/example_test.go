@@ -53,6 +53,7 @@ func Example() {
 	// Output:
 	// false
 	// key=acme events=42 rate=20.50/s (205.0% of 10) nodes: n1=21 n2=21
+	//   spread: longest gap n1=100ms n2=100ms; 0 of 2 s with a node under half an even share
 	//   W=250ms max=6 bound=3.51 OVER at 2025-01-01T00:00:00Z (+0s)
 	//   W=1.05s max=22 bound=11.51 OVER at 2025-01-01T00:00:00Z (+0s)
 }
