@@ -2,12 +2,9 @@ package main
 
 import (
 	"fmt"
-	"io"
 
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/policy"
-	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
-	"github.com/raftpace/raftpace/fsm"
 )
 
 // applyInFlight is how many changes `limit apply` has in flight at once:
@@ -58,10 +55,10 @@ func (c *cli) limitApply(args []string) error {
 	plan := policy.Diff(file, limits, caps)
 	if *dryRun {
 		for _, ch := range plan.Changes {
-			printChange(c.stdout, ch)
+			fmt.Fprintln(c.stdout, ch)
 		}
 		lead := fmt.Sprintf("dry run: would set %d keys", len(plan.Changes))
-		fmt.Fprintf(c.stdout, "%s; nothing was sent\n", planSummary(lead, plan))
+		fmt.Fprintf(c.stdout, "%s; nothing was sent\n", plan.Summary(lead))
 		return nil
 	}
 
@@ -69,50 +66,21 @@ func (c *cli) limitApply(args []string) error {
 	done := 0
 	for i, ch := range plan.Changes {
 		if failed[i] != nil {
-			kind := "limit"
-			if ch.Cap {
-				kind = "cap"
-			}
-			fmt.Fprintf(c.stderr, "raftpace: limit apply: %s %q: %s\n", kind, ch.Key, operatorMessage(failed[i]))
+			fmt.Fprintf(c.stderr, "raftpace: limit apply: %s %q: %s\n", ch.Kind(), ch.Key, operatorMessage(failed[i]))
 			continue
 		}
-		printChange(c.stdout, ch)
+		fmt.Fprintln(c.stdout, ch)
 		done++
 	}
 	lead := fmt.Sprintf("set %d of %d keys", done, len(plan.Changes))
 	if len(plan.Changes) == 0 {
 		lead = "nothing to set"
 	}
-	fmt.Fprintln(c.stdout, planSummary(lead, plan))
+	fmt.Fprintln(c.stdout, plan.Summary(lead))
 	if n := len(plan.Changes) - done; n > 0 {
 		// Not wrapped: some changes committed, so this is no "nothing was
 		// changed" exit 3 even if the agent stopped answering midway.
 		return fmt.Errorf("limit apply: %d of %d changes failed (named above); the other %d are set; run it again to finish", n, len(plan.Changes), done)
 	}
 	return nil
-}
-
-// printChange prints one change as the operator reads it:
-// "limit tenant:a: 5/s burst 5 (new)", "cap api: 4 -> 8".
-func printChange(w io.Writer, ch policy.Change) {
-	limit := func(l fsm.Limit) string { return fmt.Sprintf("%s/s burst %d", render.Rate(l.Rate), l.Burst) }
-	switch {
-	case ch.Cap && ch.New():
-		fmt.Fprintf(w, "cap %s: %d (new)\n", ch.Key, ch.Max)
-	case ch.Cap:
-		fmt.Fprintf(w, "cap %s: %d -> %d\n", ch.Key, ch.WasMax, ch.Max)
-	case ch.New():
-		fmt.Fprintf(w, "limit %s: %s (new)\n", ch.Key, limit(ch.Limit))
-	default:
-		fmt.Fprintf(w, "limit %s: %s -> %s\n", ch.Key, limit(ch.Was), limit(ch.Limit))
-	}
-}
-
-// planSummary ends a run: what it did (lead), then what it left alone.
-func planSummary(lead string, p policy.Plan) string {
-	s := fmt.Sprintf("%s; %d already as in the file", lead, p.Unchanged)
-	if p.Untouched > 0 {
-		s += fmt.Sprintf("; %d not in the file left as they are", p.Untouched)
-	}
-	return s
 }

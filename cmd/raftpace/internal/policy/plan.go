@@ -3,7 +3,9 @@ package policy
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -29,6 +31,31 @@ func (c Change) New() bool {
 	return c.Was == fsm.Limit{}
 }
 
+// Kind is "cap" or "limit".
+func (c Change) Kind() string {
+	if c.Cap {
+		return "cap"
+	}
+	return "limit"
+}
+
+// String is the change as the operator reads it:
+// "limit tenant:a: 5/s burst 5 (new)", "cap api: 4 -> 8".
+func (c Change) String() string {
+	limit := func(l fsm.Limit) string {
+		return strconv.FormatFloat(l.Rate, 'g', -1, 64) + "/s burst " + strconv.Itoa(l.Burst)
+	}
+	switch {
+	case c.Cap && c.New():
+		return fmt.Sprintf("cap %s: %d (new)", c.Key, c.Max)
+	case c.Cap:
+		return fmt.Sprintf("cap %s: %d -> %d", c.Key, c.WasMax, c.Max)
+	case c.New():
+		return fmt.Sprintf("limit %s: %s (new)", c.Key, limit(c.Limit))
+	}
+	return fmt.Sprintf("limit %s: %s -> %s", c.Key, limit(c.Was), limit(c.Limit))
+}
+
 // Plan is what applying a file to a cluster would do.
 type Plan struct {
 	Changes   []Change // limits first, then caps, each sorted by key
@@ -36,6 +63,15 @@ type Plan struct {
 	// Untouched counts the cluster's keys the file does not name: applying
 	// never deletes, so they keep their values.
 	Untouched int
+}
+
+// Summary ends a run: what it did (lead), then what it left alone.
+func (p Plan) Summary(lead string) string {
+	s := fmt.Sprintf("%s; %d already as in the file", lead, p.Unchanged)
+	if p.Untouched > 0 {
+		s += fmt.Sprintf("; %d not in the file left as they are", p.Untouched)
+	}
+	return s
 }
 
 // Diff compares a file with the cluster's limits and caps.
