@@ -1,10 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,22 +21,11 @@ func TestBinary_LimitApply(t *testing.T) {
 	}
 	run := func(wantCode int, args ...string) (stdout, stderr string) {
 		t.Helper()
-		cmd := exec.Command(bin, append(args, "--addr", a.info.HTTPAddr)...)
-		cmd.Env = []string{"PATH=/usr/bin:/bin"}
-		var o, e strings.Builder
-		cmd.Stdout, cmd.Stderr = &o, &e
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
+		stdout, stderr, code := runBinary(t, bin, append(args, "--addr", a.info.HTTPAddr)...)
 		if code != wantCode {
-			t.Fatalf("raftpace %q: exit %d, want %d:\n%s%s", args, code, wantCode, o.String(), e.String())
+			t.Fatalf("raftpace %q: exit %d, want %d:\n%s%s", args, code, wantCode, stdout, stderr)
 		}
-		return o.String(), e.String()
+		return stdout, stderr
 	}
 	file := func(doc string) string {
 		p := filepath.Join(t.TempDir(), "policy.json")

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"errors"
 	"net"
-	"os/exec"
 	"strings"
 	"testing"
 )
@@ -46,20 +44,12 @@ func TestBinary_ExitCodes(t *testing.T) {
 		{[]string{"limit", "set", "k", "--rate", "5", "--addr", dead}, 3, "cannot reach agent"},
 	}
 	for _, tc := range tests {
-		cmd := exec.Command(bin, tc.args...)
-		cmd.Env = []string{"PATH=/usr/bin:/bin"} // no RAFTPACE_* of the test's
-		out, err := cmd.CombinedOutput()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if code != tc.code || !strings.Contains(string(out), tc.stderr) {
+		stdout, stderr, code := runBinary(t, bin, tc.args...)
+		out := stdout + stderr
+		if code != tc.code || !strings.Contains(out, tc.stderr) {
 			t.Errorf("raftpace %q: exit %d, want %d and %q:\n%s", tc.args, code, tc.code, tc.stderr, out)
 		}
-		if strings.Contains(string(out), "fsm:") || strings.Contains(string(out), "node:") || strings.Contains(string(out), "goroutine ") {
+		if strings.Contains(out, "fsm:") || strings.Contains(out, "node:") || strings.Contains(out, "goroutine ") {
 			t.Errorf("raftpace %q: an internal prefix or a stack in front of the operator:\n%s", tc.args, out)
 		}
 	}
