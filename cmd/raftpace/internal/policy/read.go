@@ -1,5 +1,6 @@
-// Package policy reads the policy file (limits and caps by key, JSON) and
-// works out what applying it to a cluster would change. It checks a file
+// Package policy reads the policy file (limits and caps by key, JSON),
+// works out what applying it to a cluster would change, and applies it
+// through whatever sets a key (the admin API's client). It checks a file
 // by the rules the cluster applies, so a mistake is refused before
 // anything is sent, and names every problem in the operator's words.
 package policy
