@@ -183,7 +183,6 @@ func (n *Node) start() error {
 	n.trans, err = transport.New(transport.Config{
 		BindAddr:      cfg.BindAddr,
 		AdvertiseAddr: cfg.AdvertiseAddr,
-		Handler:       n.handleRPC,
 		TLS:           tlsCfg,
 		Logger:        n.log.With("component", "transport"),
 	})
@@ -193,6 +192,7 @@ func (n *Node) start() error {
 	if err := n.startRaft(); err != nil {
 		return err
 	}
+	n.trans.Serve(n.handleRPC) // only now: the handlers read n.raft
 	if err := n.startGossip(); err != nil {
 		return err
 	}

@@ -30,7 +30,10 @@ type Config struct {
 	// is not 0. Default: the listener's actual address, which requires
 	// BindAddr to name a specific IP.
 	AdvertiseAddr string
-	// Handler serves inbound RPCs. Required.
+	// Handler serves inbound RPCs. If nil, requests are answered with
+	// ErrNotServing until Transport.Serve installs one: an owner whose
+	// handler needs state built after the transport (raft runs over it)
+	// installs the handler once that state exists.
 	Handler Handler
 	// MaxFrameSize bounds the length prefix of every RPC frame this
 	// transport reads or writes (9 header bytes plus the payload). A
@@ -135,9 +138,6 @@ func (cfg Config) validate() error {
 		}
 	} else if bindUnspecified {
 		bad("AdvertiseAddr is required when BindAddr %q does not name a specific IP", cfg.BindAddr)
-	}
-	if cfg.Handler == nil {
-		bad("Handler is required")
 	}
 	if cfg.MaxFrameSize < MinMaxFrameSize || cfg.MaxFrameSize > MaxMaxFrameSize {
 		bad("MaxFrameSize %d must be 0 (default %d) or from %d to %d", cfg.MaxFrameSize, DefaultMaxFrameSize, MinMaxFrameSize, MaxMaxFrameSize)

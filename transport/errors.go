@@ -29,6 +29,11 @@ var (
 	// ErrRemote: the remote Handler returned an error. Calls return it as a
 	// *RemoteError, which unwraps to ErrRemote.
 	ErrRemote = errors.New("transport: remote error")
+
+	// ErrNotServing: a request arrived before the transport had a handler
+	// (see Config.Handler). The caller gets it as a *RemoteError and may
+	// retry: its owner is still starting.
+	ErrNotServing = errors.New("transport: not serving requests yet")
 )
 
 // RemoteError is the error a Call returns when the remote Handler returned

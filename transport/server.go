@@ -152,5 +152,9 @@ func (sc *serverConn) call(ctx context.Context, f frame) (resp []byte, err error
 			resp, err = nil, fmt.Errorf("transport: handler for method %d panicked", f.code)
 		}
 	}()
-	return sc.t.cfg.Handler(ctx, f.code, f.payload)
+	h := sc.t.handler.Load()
+	if h == nil {
+		return nil, ErrNotServing
+	}
+	return (*h)(ctx, f.code, f.payload)
 }

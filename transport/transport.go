@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -59,6 +60,8 @@ type Transport struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	handler atomic.Pointer[Handler] // nil until Config.Handler or Serve
+
 	peers sync.Map // string -> *peer
 	raft  *streamLayer
 	epoch time.Time // base for monotonic timestamps
@@ -74,6 +77,10 @@ type Transport struct {
 // New validates cfg, listens on cfg.BindAddr and starts accepting
 // connections. The returned Transport serves RPCs at once; raft streams wait
 // for StreamLayer().Accept.
+// Serve installs (or replaces) the handler of inbound RPCs; requests that
+// arrive after it returns are served by h.
+func (t *Transport) Serve(h Handler) { t.handler.Store(&h) }
+
 func New(cfg Config) (*Transport, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -103,6 +110,9 @@ func New(cfg Config) (*Transport, error) {
 	}
 	if cfg.TLS != nil {
 		t.tlsServer, t.tlsClient = cfg.TLS.serverTLS(), cfg.TLS.clientTLS()
+	}
+	if cfg.Handler != nil {
+		t.Serve(cfg.Handler)
 	}
 	t.raft = &streamLayer{t: t, ch: make(chan net.Conn), done: make(chan struct{})}
 	t.wg.Add(1)

@@ -227,6 +227,28 @@ func TestTransport_RemoteError(t *testing.T) {
 	}
 }
 
+// A transport without a handler yet (its owner still starting) answers
+// every request with ErrNotServing, and serves once Serve installs one.
+func TestTransport_ServeLater(t *testing.T) {
+	srv, err := New(Config{BindAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	cli := newTransport(t, Config{})
+
+	_, err = cli.Call(ctxTimeout(t, 5*time.Second), srv.Addr().String(), mEcho, []byte("early"))
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Message != ErrNotServing.Error() {
+		t.Fatalf("a call before Serve: %v, want a remote %q", err, ErrNotServing)
+	}
+	srv.Serve(newServer().handle)
+	resp, err := cli.Call(ctxTimeout(t, 5*time.Second), srv.Addr().String(), mEcho, []byte("late"))
+	if err != nil || string(resp) != "late" {
+		t.Fatalf("a call after Serve: %q, %v", resp, err)
+	}
+}
+
 func TestTransport_HandlerPanic(t *testing.T) {
 	srv := newTransport(t, Config{Handler: func(context.Context, uint8, []byte) ([]byte, error) {
 		panic("oops")
@@ -738,7 +760,7 @@ func TestNew_Validation(t *testing.T) {
 	}{
 		{"valid", Config{BindAddr: "127.0.0.1:0", Handler: h}, nil},
 		{"everything wrong", Config{BindAddr: "nope", MaxFrameSize: 10, DialTimeout: -1, HandshakeTimeout: -1, IdleTimeout: -1, MaxConns: -1},
-			[]string{`BindAddr "nope"`, "Handler is required", "MaxFrameSize 10", "DialTimeout -1ns", "HandshakeTimeout -1ns", "IdleTimeout -1ns", "MaxConns -1"}},
+			[]string{`BindAddr "nope"`, "MaxFrameSize 10", "DialTimeout -1ns", "HandshakeTimeout -1ns", "IdleTimeout -1ns", "MaxConns -1"}},
 		{"missing bind", Config{Handler: h}, []string{"BindAddr is required"}},
 		{"bad port", Config{BindAddr: "127.0.0.1:99999", Handler: h}, []string{`port "99999"`}},
 		{"unspecified bind needs advertise", Config{BindAddr: ":0", Handler: h}, []string{"AdvertiseAddr is required"}},
