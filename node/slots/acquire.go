@@ -95,6 +95,10 @@ func (s *Slots) Acquire(ctx context.Context, keys []string, ttl, maxWait time.Du
 		}
 		if err := s.d.Sleep(ctx, backoff); err != nil {
 			s.releaseAsync(req.ID)
+			if len(full) > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				s.d.Count.Refused.Add(1)
+				return raftpace.Slot{}, &raftpace.ConcurrencyLimitError{Keys: keys, Full: full, MaxWait: maxWait}
+			}
 			return raftpace.Slot{}, fmt.Errorf("node: acquire slots %q: %w", keys, err)
 		}
 		backoff = min(2*backoff, 50*time.Millisecond)
@@ -175,6 +179,12 @@ func (s *Slots) leaderAcquire(ctx context.Context, req wire.AcquireReq) ([]strin
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The caller's time ran out with the cap full: that is
+				// its answer, whichever of the timer and the deadline a
+				// late wake-up (a loaded machine) happened to see first.
+				return full, fmt.Errorf("%w: %q full", raftpace.ErrConcurrencyLimit, full)
+			}
 			return nil, fmt.Errorf("%w: %w", wire.ErrRetry, ctx.Err())
 		case <-s.d.Ctx.Done():
 			t.Stop()
