@@ -153,31 +153,34 @@ func TestPool_ExpiredRegistrationsStopCounting(t *testing.T) {
 	ctx := ctxT(t)
 	must(t, s.JoinPool(ctx, "long", 0.5, time.Minute))
 	must(t, s.JoinPool(ctx, "short", 0.5, time.Second))
-	lim := fsm.Limit{Rate: 100, Burst: 1}
+	// 1/s, not 100/s: each pair's second start is the cursor only if it is
+	// asked for within one interval of the first, and a loaded machine
+	// took 11 ms between two calls (a CI run failed so at 100/s).
+	lim := fsm.Limit{Rate: 1, Burst: 1}
 
-	_, s1 := reserve(t, s, "long", "k", lim, 1, time.Second)
-	_, s2 := reserve(t, s, "long", "k", lim, 1, time.Second)
-	if s2-s1 != 10000 {
-		t.Fatalf("F = 1: starts %dµs apart, want 10000", s2-s1)
+	_, s1 := reserve(t, s, "long", "k", lim, 1, 5*time.Second)
+	_, s2 := reserve(t, s, "long", "k", lim, 1, 5*time.Second)
+	if s2-s1 != 1000000 {
+		t.Fatalf("F = 1: starts %dµs apart, want 1000000", s2-s1)
 	}
 	time.Sleep(1200 * time.Millisecond)
-	_, s3 := reserve(t, s, "long", "k2", lim, 1, time.Second)
-	_, s4 := reserve(t, s, "long", "k2", lim, 1, time.Second)
-	if s4-s3 != 20000 {
-		t.Fatalf("F = 0.5 after one registration expired: starts %dµs apart, want 20000", s4-s3)
+	_, s3 := reserve(t, s, "long", "k2", lim, 1, 5*time.Second)
+	_, s4 := reserve(t, s, "long", "k2", lim, 1, 5*time.Second)
+	if s4-s3 != 2000000 {
+		t.Fatalf("F = 0.5 after one registration expired: starts %dµs apart, want 2000000", s4-s3)
 	}
 	// Renewing keeps a registration; the lapsed one can come back.
 	must(t, s.JoinPool(ctx, "short", 0.5, time.Minute))
 	must(t, s.JoinPool(ctx, "long", 0.5, 200*time.Millisecond))
 	time.Sleep(300 * time.Millisecond)
-	_, s5 := reserve(t, s, "short", "k3", lim, 1, time.Second)
-	_, s6 := reserve(t, s, "short", "k3", lim, 1, time.Second)
-	if s6-s5 != 20000 {
-		t.Fatalf("F = 0.5 after renewals: starts %dµs apart, want 20000", s6-s5)
+	_, s5 := reserve(t, s, "short", "k3", lim, 1, 5*time.Second)
+	_, s6 := reserve(t, s, "short", "k3", lim, 1, 5*time.Second)
+	if s6-s5 != 2000000 {
+		t.Fatalf("F = 0.5 after renewals: starts %dµs apart, want 2000000", s6-s5)
 	}
 	must(t, s.JoinPool(ctx, "short", 0.5, time.Millisecond))
 	time.Sleep(20 * time.Millisecond)
-	_, err := s.ReservePooled(ctx, "short", "k", lim, 1, time.Second)
+	_, err := s.ReservePooled(ctx, "short", "k", lim, 1, 5*time.Second)
 	wantErr(t, err, ErrNotInPool)
 }
 
