@@ -68,7 +68,7 @@ var rooms = map[string][]string{
 		"internal/timeline", "node/report"},
 	// The binary: dispatch and flags in main, one job per internal package.
 	"cmd/raftpace/internal/cmdline":    {},
-	"cmd/raftpace/internal/policy":     {"fsm"},
+	"cmd/raftpace/internal/policy":     {"cmd/raftpace/internal/render", "fsm"},
 	"cmd/raftpace/internal/atomicfile": {},
 	"cmd/raftpace/internal/certs":      {"cmd/raftpace/internal/atomicfile"},
 	"cmd/raftpace/internal/render":     {"fsm", "node/report"},

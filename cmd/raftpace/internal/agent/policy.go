@@ -8,7 +8,6 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/client"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/policy"
-	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node"
 )
 
@@ -27,7 +26,7 @@ func registerPolicy(ctx context.Context, n *node.Node, path string, log *slog.Lo
 	c := client.New(n)
 	var errs []error
 	for k, l := range p.Limits {
-		lim := fsm.Limit{Rate: l.Rate, Burst: l.Burst}
+		lim := l.Limit()
 		if err := c.Register(ctx, k, lim); err != nil {
 			if errors.Is(err, raftpace.ErrPolicyConflict) {
 				log.Error("policy file disagrees with the cluster; keeping the cluster's value", "err", err)

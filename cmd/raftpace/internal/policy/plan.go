@@ -5,10 +5,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
 )
 
@@ -42,9 +42,7 @@ func (c Change) Kind() string {
 // String is the change as the operator reads it:
 // "limit tenant:a: 5/s burst 5 (new)", "cap api: 4 -> 8".
 func (c Change) String() string {
-	limit := func(l fsm.Limit) string {
-		return strconv.FormatFloat(l.Rate, 'g', -1, 64) + "/s burst " + strconv.Itoa(l.Burst)
-	}
+	limit := func(l fsm.Limit) string { return fmt.Sprintf("%s/s burst %d", render.Rate(l.Rate), l.Burst) }
 	switch {
 	case c.Cap && c.New():
 		return fmt.Sprintf("cap %s: %d (new)", c.Key, c.Max)
@@ -78,7 +76,7 @@ func (p Plan) Summary(lead string) string {
 func Diff(f File, limits map[string]fsm.Limit, caps map[string]int) Plan {
 	var p Plan
 	for k, l := range f.Limits {
-		want := fsm.Limit{Rate: l.Rate, Burst: max(l.Burst, 1)}
+		want := l.Limit()
 		if was, ok := limits[k]; ok && was == want {
 			p.Unchanged++
 		} else {

@@ -23,15 +23,23 @@ type File struct {
 	Caps   map[string]int   `json:"caps"`
 }
 
-// Limit is a limit as the file writes it; Read makes a burst left out 1.
+// Limit is a limit as the file writes it.
 type Limit struct {
 	Rate  float64 `json:"rate"`
 	Burst int     `json:"burst"`
 }
 
+// Limit is the limit the file means: a burst left out (0) is 1; any other
+// burst is as written, for Read to check.
+func (l Limit) Limit() fsm.Limit {
+	if l.Burst == 0 {
+		l.Burst = 1
+	}
+	return fsm.Limit{Rate: l.Rate, Burst: l.Burst}
+}
+
 // Read reads and checks a policy file: every key, limit and cap, with the
-// rules the cluster applies, every problem at once. A limit's burst left
-// out is 1.
+// rules the cluster applies, every problem at once.
 func Read(path string) (File, error) {
 	var p File
 	b, err := os.ReadFile(path)
@@ -48,16 +56,11 @@ func Read(path string) (File, error) {
 	}
 	var errs []error
 	for k, l := range p.Limits {
-		if l.Burst == 0 {
-			l.Burst = 1
-			p.Limits[k] = l
-		}
 		if err := fsm.ValidateKey(k); err != nil {
 			errs = append(errs, fmt.Errorf("%s: limits: %s", path, strings.TrimPrefix(err.Error(), "fsm: ")))
 			continue
 		}
-		lim := fsm.Limit{Rate: l.Rate, Burst: l.Burst}
-		problems := lim.Explain("rate", "burst")
+		problems := l.Limit().Explain("rate", "burst")
 		if err := fsm.CheckMinRate(l.Rate); len(problems) == 0 && err != nil {
 			problems = append(problems, err.Error())
 		}
