@@ -30,13 +30,11 @@ func (c *cli) limitApply(args []string) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case len(pos) == 0:
-		return f.UsageError("FILE is required")
-	case len(pos) > 1:
-		return f.UsageError("unexpected argument %q (one FILE)", pos[1])
+	path, err := f.One(pos, "FILE")
+	if err != nil {
+		return err
 	}
-	file, err := policy.Read(pos[0])
+	file, err := policy.Read(path)
 	if err != nil {
 		return f.ValueError("%v", err)
 	}

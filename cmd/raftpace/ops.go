@@ -206,18 +206,16 @@ func (c *cli) limit(name string, args []string) error {
 
 // oneKey returns the single positional KEY.
 func oneKey(f *cmdline.Flags, pos []string) (string, error) {
-	switch {
-	case len(pos) == 0:
-		return "", f.UsageError("KEY is required")
-	case len(pos) > 1:
-		return "", f.UsageError("unexpected argument %q (one KEY at a time)", pos[1])
+	key, err := f.One(pos, "KEY")
+	if err != nil {
+		return "", err
 	}
 	// Checked here, as the cluster would, so a mistyped key is a usage
 	// error (exit 2) and a long one is quoted once, cut short.
-	if err := fsm.ValidateKey(pos[0]); err != nil {
+	if err := fsm.ValidateKey(key); err != nil {
 		return "", f.ValueError("KEY: %s", strings.TrimPrefix(err.Error(), "fsm: "))
 	}
-	return pos[0], nil
+	return key, nil
 }
 
 // checkLimit refuses, as a usage error naming the flags, a limit the

@@ -124,13 +124,10 @@ func (c *cli) tlsNode(args []string) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case len(pos) == 0:
-		return f.UsageError("NAME is required")
-	case len(pos) > 1:
-		return f.UsageError("unexpected argument %q (one NAME at a time)", pos[1])
+	name, err := f.One(pos, "NAME")
+	if err != nil {
+		return err
 	}
-	name := pos[0]
 	if !tlsNameRE.MatchString(name) || name == "ca" || name == "ca-key" || name == "gossip" {
 		return f.ValueError("NAME %q: must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit, and not ca, ca-key or gossip", name)
 	}

@@ -262,6 +262,18 @@ func (f *Flags) ValueError(format string, a ...any) error {
 	return &UsageError{Cmd: f.Cmd, Msg: fmt.Sprintf(format, a...)}
 }
 
+// One returns the single positional argument, named name in the errors
+// when it is missing or followed by another.
+func (f *Flags) One(pos []string, name string) (string, error) {
+	switch {
+	case len(pos) == 0:
+		return "", f.UsageError("%s is required", name)
+	case len(pos) > 1:
+		return "", f.UsageError("unexpected argument %q (one %s at a time)", pos[1], name)
+	}
+	return pos[0], nil
+}
+
 // NoArgs fails if any positional argument was given.
 func (f *Flags) NoArgs(pos []string) error {
 	if len(pos) > 0 {
