@@ -35,6 +35,11 @@ func (s *Slots) Acquire(ctx context.Context, keys []string, ttl, maxWait time.Du
 	var full []string
 	var lastErr error
 	backoff := time.Millisecond
+	// refused ends the call with the cap full for keys full: counted once.
+	refused := func(full []string) (raftpace.Slot, error) {
+		s.d.Count.Refused.Add(1)
+		return raftpace.Slot{}, &raftpace.ConcurrencyLimitError{Keys: keys, Full: full, MaxWait: maxWait}
+	}
 	for {
 		if s.closed() {
 			return raftpace.Slot{}, raftpace.ErrClosed
@@ -52,8 +57,8 @@ func (s *Slots) Acquire(ctx context.Context, keys []string, ttl, maxWait time.Du
 				full, lastErr = f, err
 			}
 			if time.Now().After(deadline) {
-				s.d.Count.Refused.Add(1)
-				return raftpace.Slot{}, fmt.Errorf("%w (%w)", &raftpace.ConcurrencyLimitError{Keys: keys, Full: full, MaxWait: maxWait}, lastErr)
+				_, err := refused(full)
+				return raftpace.Slot{}, fmt.Errorf("%w (%w)", err, lastErr)
 			}
 			if err := s.d.Sleep(ctx, 50*time.Millisecond); err != nil {
 				return raftpace.Slot{}, fmt.Errorf("node: acquire slots %q: %w", keys, err)
@@ -70,8 +75,7 @@ func (s *Slots) Acquire(ctx context.Context, keys []string, ttl, maxWait time.Du
 		f, err := s.acquireOnce(ctx, req)
 		if err != nil && ctx.Err() != nil && (len(full) > 0 || errors.Is(err, raftpace.ErrConcurrencyLimit)) {
 			s.releaseAsync(req.ID)
-			s.d.Count.Refused.Add(1)
-			return raftpace.Slot{}, &raftpace.ConcurrencyLimitError{Keys: keys, Full: append(full, f...), MaxWait: maxWait}
+			return refused(append(full, f...))
 		}
 		switch {
 		case err == nil:
@@ -80,8 +84,7 @@ func (s *Slots) Acquire(ctx context.Context, keys []string, ttl, maxWait time.Du
 		case errors.Is(err, raftpace.ErrConcurrencyLimit):
 			full = f
 			if remaining <= 0 {
-				s.d.Count.Refused.Add(1)
-				return raftpace.Slot{}, &raftpace.ConcurrencyLimitError{Keys: keys, Full: full, MaxWait: maxWait}
+				return refused(full)
 			}
 			continue
 		case !s.d.Retryable(err):
@@ -96,8 +99,7 @@ func (s *Slots) Acquire(ctx context.Context, keys []string, ttl, maxWait time.Du
 		if err := s.d.Sleep(ctx, backoff); err != nil {
 			s.releaseAsync(req.ID)
 			if len(full) > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				s.d.Count.Refused.Add(1)
-				return raftpace.Slot{}, &raftpace.ConcurrencyLimitError{Keys: keys, Full: full, MaxWait: maxWait}
+				return refused(full)
 			}
 			return raftpace.Slot{}, fmt.Errorf("node: acquire slots %q: %w", keys, err)
 		}
