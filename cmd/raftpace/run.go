@@ -183,16 +183,11 @@ func (c *cli) report(err error) int {
 	}
 }
 
-// operatorMessage is err's message without the Go package that made an
-// agent's answer ("node: join ..."): an operator needs what failed, not
-// where.
+// operatorMessage is err's message without the Go package that made a
+// part of it ("node: join ...", "starting node: node: transport: ..."):
+// an operator needs what failed, not where.
 func operatorMessage(err error) string {
-	msg := err.Error()
-	var ae *admin.Error
-	if errors.As(err, &ae) {
-		msg = strings.Replace(msg, ae.Message, strings.TrimPrefix(ae.Message, "node: "), 1)
-	}
-	return msg
+	return strings.ReplaceAll(strings.TrimPrefix(err.Error(), "node: "), ": node: ", ": ")
 }
 
 func (c *cli) help(args []string) error {

@@ -136,7 +136,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if errors.Is(err, node.ErrInvalidConfig) {
 			return err
 		}
-		return startError{err}
+		return fmt.Errorf("agent: starting node: %w", err)
 	}
 	defer n.Close()
 
@@ -327,14 +327,3 @@ func (a *agentNode) Leave(ctx context.Context) error {
 	}
 	return err
 }
-
-// startError reports why the node did not start without naming the Go
-// package that said so ("starting node: node: transport: ..." read as a
-// stutter); errors.Is still sees the cause.
-type startError struct{ err error }
-
-func (e startError) Error() string {
-	return "agent: starting node: " + strings.TrimPrefix(e.err.Error(), "node: ")
-}
-
-func (e startError) Unwrap() error { return e.err }
