@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -194,26 +195,18 @@ func TestFence_RacesJoinAndReserve(t *testing.T) {
 	fencer := openStore(t, schema, "c")
 	ctx := ctxT(t)
 	const (
-		rounds  = 6
-		ttl     = 3 * time.Millisecond
-		stale   = time.Microsecond // only a live registration refuses the fence
-		licence = 50 * time.Millisecond
+		rounds    = 6
+		maxRounds = 60
+		ttl       = 3 * time.Millisecond
+		stale     = time.Microsecond // only a live registration refuses the fence
+		licence   = 50 * time.Millisecond
 	)
 	must(t, fencer.JoinPool(ctx, "y", 0.5, time.Minute))
 	lim := fsm.Limit{Rate: 400, Burst: 1} // F = 1: 2.5ms apart; F = 0.5: 5ms
 
-	type call struct {
-		op           string // "witness", "join", "reserve"
-		begin, end   time.Time
-		sentUS       int64 // Postgres's clock before a heartbeat was sent
-		ok           bool  // a heartbeat unfenced, a join or a reservation admitted
-		startUS      int64 // slot start of an admitted reservation
-		err          error
-		fencedAnswer bool
-	}
 	var (
 		mu     sync.Mutex
-		calls  []call
+		calls  []raceCall
 		fenced atomic.Bool
 		ySlots atomic.Int64 // y's admitted reservations while x was fenced
 	)
@@ -230,7 +223,7 @@ func TestFence_RacesJoinAndReserve(t *testing.T) {
 				default:
 				}
 				time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
-				c := call{}
+				c := raceCall{}
 				switch n := rng.IntN(10); {
 				case n < 2:
 					c.op = "witness"
@@ -284,15 +277,19 @@ func TestFence_RacesJoinAndReserve(t *testing.T) {
 		}
 	})
 
-	type fenceRound struct {
-		r                   FenceResult
-		refused             int
-		returned, unfencing time.Time // Fence returned; Unfence called
-		endUS               int64     // Postgres's clock after Fence returned, plus Wait
-	}
 	var fences []fenceRound
+	// exercised: whether the calls so far reach every case the checks
+	// below look at. On a loaded machine six rounds have left one of them
+	// empty; the test fences on until each is reached, so it asserts the
+	// fence, not how a scheduler spread the goroutines.
+	exercised := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		c := tally(calls, fences, licence)
+		return c.xSlots > 0 && c.licences > 0 && c.after > 0 && ySlots.Load() > 0
+	}
 fencing:
-	for range rounds {
+	for round := 0; round < rounds || (round < maxRounds && !exercised()); round++ {
 		time.Sleep(30 * time.Millisecond)
 		var f fenceRound
 		from := time.Now()
@@ -329,29 +326,76 @@ fencing:
 		return
 	}
 
+	c := tally(calls, fences, licence)
+	for _, p := range c.problems {
+		t.Error(p)
+	}
+	refused := 0
+	for _, f := range fences {
+		refused += f.refused
+	}
+	if c.xSlots == 0 || c.licences == 0 || c.after == 0 || ySlots.Load() == 0 {
+		t.Fatalf("after %d rounds: %d x slots, %d licences, %d x calls while fenced, %d y slots while x was fenced: the test did not exercise the race",
+			len(fences), c.xSlots, c.licences, c.after, ySlots.Load())
+	}
+	t.Logf("%d fences after %d refusals in all; %d x calls, %d while fenced; %d x slots and %d licences before a fence; %d y slots while x was fenced",
+		len(fences), refused, len(calls), c.after, c.xSlots, c.licences, ySlots.Load())
+}
+
+// raceCall is one call of member x in TestFence_RacesJoinAndReserve.
+type raceCall struct {
+	op           string // "witness", "join", "reserve"
+	begin, end   time.Time
+	sentUS       int64 // Postgres's clock before a heartbeat was sent
+	ok           bool  // a heartbeat unfenced, a join or a reservation admitted
+	startUS      int64 // slot start of an admitted reservation
+	err          error
+	fencedAnswer bool
+}
+
+// fenceRound is one Fence (retried until it fenced) and its Unfence.
+type fenceRound struct {
+	r                   FenceResult
+	refused             int
+	returned, unfencing time.Time // Fence returned; Unfence called
+	endUS               int64     // Postgres's clock after Fence returned, plus Wait
+}
+
+// raceTally is what tally found: the calls that tested something, and
+// each call that broke the fence's promise.
+type raceTally struct {
+	after    int // x calls that began after a fence returned and ended before its Unfence
+	xSlots   int // x slots reserved before a fence, checked against its end
+	licences int // x heartbeats before a fence, checked against its end
+	problems []string
+}
+
+// tally checks calls against fences, where a heartbeat gives a licence
+// of licence from when it was sent.
+func tally(calls []raceCall, fences []fenceRound, licence time.Duration) raceTally {
+	var t raceTally
 	// A call that began after fence i returned and ended before its
 	// Unfence began must fail (one that overlaps the Unfence may go either
 	// way). A call that succeeded is checked against the first fence that
 	// returned after it began: it ran after the Unfence before that (or it
 	// would have failed) and, if the fence is atomic, before that fence.
-	var after, xSlots, licences, refused int
 	for _, c := range calls {
 		i, _ := slices.BinarySearchFunc(fences, c.begin, func(f fenceRound, at time.Time) int { return f.returned.Compare(at) })
 		// fences[i] is the first fence that returned at or after c.begin.
 		if i > 0 && c.end.Before(fences[i-1].unfencing) {
-			after++
+			t.after++
 			switch {
 			case c.op == "witness" && (c.err != nil || !c.fencedAnswer):
-				t.Errorf("Witness after fence %d: fenced %v, err %v; want fenced", i-1, c.fencedAnswer, c.err)
+				t.problems = append(t.problems, fmt.Sprintf("Witness after fence %d: fenced %v, err %v; want fenced", i-1, c.fencedAnswer, c.err))
 			case c.op == "join" && !errors.Is(c.err, ErrFenced):
-				t.Errorf("JoinPool after fence %d: %v, want ErrFenced", i-1, c.err)
+				t.problems = append(t.problems, fmt.Sprintf("JoinPool after fence %d: %v, want ErrFenced", i-1, c.err))
 			case c.op == "reserve" && !errors.Is(c.err, ErrNotInPool):
-				t.Errorf("ReservePooled after fence %d: %v, want ErrNotInPool", i-1, c.err)
+				t.problems = append(t.problems, fmt.Sprintf("ReservePooled after fence %d: %v, want ErrNotInPool", i-1, c.err))
 			}
 			continue
 		}
 		if c.err != nil && !errors.Is(c.err, ErrNotInPool) && !errors.Is(c.err, ErrLimitExceeded) && !errors.Is(c.err, ErrFenced) {
-			t.Errorf("%s: %v", c.op, c.err)
+			t.problems = append(t.problems, fmt.Sprintf("%s: %v", c.op, c.err))
 		}
 		if !c.ok || i == len(fences) {
 			continue // failed, or after the last Unfence
@@ -367,26 +411,18 @@ fencing:
 		end := fences[i].endUS
 		switch c.op {
 		case "reserve":
-			xSlots++
+			t.xSlots++
 			if c.startUS >= end {
-				t.Errorf("an x slot at %dµs starts %dµs after fence %d's end (%+v)", c.startUS, c.startUS-end, i, fences[i].r)
+				t.problems = append(t.problems, fmt.Sprintf("an x slot at %dµs starts %dµs after fence %d's end (%+v)", c.startUS, c.startUS-end, i, fences[i].r))
 			}
 		default:
-			licences++
+			t.licences++
 			if l := c.sentUS + licence.Microseconds(); l > end {
-				t.Errorf("a %s sent at %dµs gave a licence until %dµs, %dµs after fence %d's end (%+v)", c.op, c.sentUS, l, l-end, i, fences[i].r)
+				t.problems = append(t.problems, fmt.Sprintf("a %s sent at %dµs gave a licence until %dµs, %dµs after fence %d's end (%+v)", c.op, c.sentUS, l, l-end, i, fences[i].r))
 			}
 		}
 	}
-	for _, f := range fences {
-		refused += f.refused
-	}
-	if xSlots == 0 || licences == 0 || after == 0 || ySlots.Load() == 0 {
-		t.Fatalf("%d x slots, %d licences, %d x calls while fenced, %d y slots while x was fenced: the test did not exercise the race",
-			xSlots, licences, after, ySlots.Load())
-	}
-	t.Logf("%d fences after %d refusals in all; %d x calls, %d while fenced; %d x slots and %d licences before a fence; %d y slots while x was fenced",
-		len(fences), refused, len(calls), after, xSlots, licences, ySlots.Load())
+	return t
 }
 
 func TestWitness_Invalid(t *testing.T) {
