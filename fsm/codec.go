@@ -154,11 +154,12 @@ func decode(b []byte) (Command, error) {
 	d := &decoder{b: b, off: 2}
 	var c Command
 	switch t {
-	case typeSetLimit:
+	case typeSetLimit, typeSetLimitDryRun:
 		var v SetLimit
 		v.Key = d.str("Key", MaxKeyLen)
 		v.Limit.Rate = d.float("Rate")
 		v.Limit.Burst = d.int("Burst")
+		v.Limit.DryRun = t == typeSetLimitDryRun
 		c = v
 	case typeDeleteLimit:
 		c = DeleteLimit{Key: d.str("Key", MaxKeyLen)}
@@ -283,6 +284,24 @@ func (d *decoder) int(field string) int {
 		return 0
 	}
 	return int(v)
+}
+
+// bit reads a byte that must be 0 or 1.
+func (d *decoder) bit(field string) bool {
+	if d.err != nil {
+		return false
+	}
+	if d.remaining() < 1 {
+		d.fail("%s: truncated at offset %d", field, d.off)
+		return false
+	}
+	v := d.b[d.off]
+	if v > 1 {
+		d.fail("%s %d at offset %d: must be 0 or 1", field, v, d.off)
+		return false
+	}
+	d.off++
+	return v == 1
 }
 
 func (d *decoder) float(field string) float64 {

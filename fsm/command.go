@@ -18,6 +18,11 @@ const (
 	typeDeleteCap      uint8 = 8
 	typeAcquireSlots   uint8 = 9
 	typeReleaseSlots   uint8 = 10
+	// typeSetLimitDryRun is a SetLimit whose limit is in dry run, with
+	// SetLimit's fields: an enforced limit encodes as before dry runs
+	// existed, and a build without them refuses a dry run it cannot honour
+	// (ErrUnknownCommand) instead of enforcing it.
+	typeSetLimitDryRun uint8 = 11
 )
 
 // Command is one entry of the replicated log. The set is closed: it is
@@ -106,7 +111,12 @@ type ReleaseSlots struct {
 	IDs []string
 }
 
-func (SetLimit) commandType() uint8       { return typeSetLimit }
+func (c SetLimit) commandType() uint8 {
+	if c.Limit.DryRun {
+		return typeSetLimitDryRun
+	}
+	return typeSetLimit
+}
 func (DeleteLimit) commandType() uint8    { return typeDeleteLimit }
 func (ExtendHorizons) commandType() uint8 { return typeExtendHorizons }
 func (UpsertMember) commandType() uint8   { return typeUpsertMember }
@@ -120,7 +130,7 @@ func (ReleaseSlots) commandType() uint8   { return typeReleaseSlots }
 // commandName is the Go type name, for error messages.
 func commandName(t uint8) string {
 	switch t {
-	case typeSetLimit:
+	case typeSetLimit, typeSetLimitDryRun:
 		return "SetLimit"
 	case typeDeleteLimit:
 		return "DeleteLimit"

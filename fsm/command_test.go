@@ -46,6 +46,8 @@ func TestEncode_Golden(t *testing.T) {
 	}{
 		// version 1, type 1, len 2 "ab", 1.0 as f64, burst 2 zigzag = 4
 		{SetLimit{Key: "ab", Limit: Limit{Rate: 1, Burst: 2}}, "0101" + "026162" + "3ff0000000000000" + "04"},
+		// in dry run: type 11, so an enforced limit encodes as before
+		{SetLimit{Key: "ab", Limit: Limit{Rate: 1, Burst: 2, DryRun: true}}, "010b" + "026162" + "3ff0000000000000" + "04"},
 		{DeleteLimit{Key: "ab"}, "0102" + "026162"},
 		// count 2; "a" 1ns (zigzag 2); "b" 1s = 1e9 ns (zigzag 2e9)
 		{ExtendHorizons{Entries: []HorizonEntry{{Key: "a", Ahead: 1}, {Key: "b", Ahead: time.Second}}},
@@ -226,6 +228,7 @@ func TestDecode_Invalid(t *testing.T) {
 		{"type 0", []byte{1, 0}, []error{ErrUnknownCommand}, []string{"unknown command type: 0"}},
 		{"type 200", []byte{1, 200, 1, 2, 3}, []error{ErrUnknownCommand}, []string{"200"}},
 		{"trailing byte", cat(valid, []byte{0}), []error{ErrInvalidCommand}, []string{"1 trailing bytes"}},
+		{"dry run trailing byte", cat([]byte{1, 11}, valid[2:], []byte{1}), []error{ErrInvalidCommand}, []string{"SetLimit: 1 trailing bytes"}},
 		{"non-minimal length", []byte{1, 2, 0x81, 0x00, 'k'}, []error{ErrInvalidCommand}, []string{"non-minimal varint"}},
 		{"varint overflow", cat([]byte{1, 2}, bytes.Repeat([]byte{0xff}, 11)), []error{ErrInvalidCommand}, []string{"overflows 64 bits"}},
 		{"key longer than max", cat([]byte{1, 2}, binary.AppendUvarint(nil, MaxKeyLen+1), bytes.Repeat([]byte{'k'}, MaxKeyLen+1)), []error{ErrInvalidCommand}, []string{"length 257 exceeds the maximum 256"}},
@@ -244,7 +247,7 @@ func TestDecode_Invalid(t *testing.T) {
 		{"truncated float", []byte{1, 1, 1, 'k', 0x3f, 0xf0}, []error{ErrInvalidCommand}, []string{"Rate: need 8 bytes"}},
 		{"member bad fraction", cat([]byte{1, 4, 1, 'n', 3, 'h', ':', '1'}, f64(-1)), []error{ErrInvalidCommand, ErrInvalidMember}, []string{"Fraction -1"}},
 		{"remove empty id", []byte{1, 5, 0}, []error{ErrInvalidCommand, ErrInvalidID}, []string{"must not be empty"}},
-		{"type 11", []byte{1, 11, 1, 'k'}, []error{ErrUnknownCommand}, []string{"unknown command type: 11"}},
+		{"type 12", []byte{1, 12, 1, 'k'}, []error{ErrUnknownCommand}, []string{"unknown command type: 12"}},
 		{"pause negative", []byte{1, 6, 1, 'k', 1}, []error{ErrInvalidCommand}, []string{"SetPause", "For -1ns"}},
 		{"pause above max", cat([]byte{1, 6, 1, 'k'}, binary.AppendVarint(nil, int64(MaxPause+1))), []error{ErrInvalidCommand}, []string{"MaxPause"}},
 		{"pause missing for", []byte{1, 6, 1, 'k'}, []error{ErrInvalidCommand}, []string{"For: truncated varint"}},

@@ -54,7 +54,7 @@
 //	byte 1     command type
 //	byte 2...  fields of the type, in order:
 //
-//	1 SetLimit        Key:str  Rate:f64  Burst:varint
+//	1 SetLimit        Key:str  Rate:f64  Burst:varint   (a limit enforced)
 //	2 DeleteLimit     Key:str
 //	3 ExtendHorizons  count:uvarint (1..65536), then count times: Key:str Ahead:varint
 //	4 UpsertMember    ID:str  Addr:str  Fraction:f64
@@ -64,6 +64,7 @@
 //	8 DeleteCap       Key:str
 //	9 AcquireSlots    ID:str  Holder:str  count:uvarint (1..16), then count times: Key:str;  then TTL:varint
 //	10 ReleaseSlots   count:uvarint (1..4096), then count times: ID:str
+//	11 SetLimit       as type 1, for a limit in dry run (Limit.DryRun)
 //
 //	str     uvarint byte length, then the bytes (UTF-8)
 //	f64     8 bytes, big-endian IEEE 754 bits
@@ -74,7 +75,7 @@
 // other than 1 is ErrInvalidCommand; an unknown type is ErrUnknownCommand
 // (later versions may add types; numbers are never reused).
 //
-// # Snapshot format, version 2
+// # Snapshot format, versions 2 and 3
 //
 //	"RPSN"                       4 bytes magic
 //	version                      1 byte, 2
@@ -88,8 +89,11 @@
 //	CRC-32C                      4 bytes big-endian, Castagnoli, of every byte before it
 //
 // Version 1 is the same without the pause, cap and slot sections (and
-// with version byte 1). Snapshot writes version 2; Restore reads both, a
-// version-1 snapshot restoring with no pauses, caps or slots.
+// with version byte 1). Version 3 is version 2 with one more byte after
+// each limit's Burst: 1 if the limit is in dry run, else 0. Snapshot
+// writes version 3 when some limit is in dry run and version 2 otherwise;
+// Restore reads all three, a version-1 snapshot restoring with no pauses,
+// caps or slots.
 //
 // Keys and ids are sorted by byte value and unique; a slot's keys keep the
 // order of its AcquireSlots and are unique. Restore verifies the

@@ -72,7 +72,7 @@ func randLimit(rng *rand.Rand) Limit {
 	if rng.IntN(3) == 0 {
 		b = 1 + rng.IntN(10)
 	}
-	return Limit{Rate: randRate(rng), Burst: b}
+	return Limit{Rate: randRate(rng), Burst: b, DryRun: rng.IntN(8) == 0}
 }
 
 func randAhead(rng *rand.Rand) time.Duration {

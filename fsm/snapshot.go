@@ -17,8 +17,9 @@ import (
 
 const (
 	snapshotMagic   = "RPSN"
-	snapshotVersion = 2        // the version Snapshot writes
+	snapshotVersion = 2        // the version Snapshot writes while no limit is in dry run
 	snapshotV1      = 1        // no pauses, caps or slots; Restore still reads it
+	snapshotV3      = 3        // version 2 with a DryRun byte per limit; written only when one is
 	snapshotChunk   = 64 << 10 // bytes buffered between writes to the sink
 
 	// maxSnapshotEntry bounds the encoding of the largest entry (a slot), by
@@ -138,19 +139,32 @@ func (p *Snapshot) Persist(sink raft.SnapshotSink) error {
 // Release does nothing: a Snapshot holds only memory.
 func (p *Snapshot) Release() {}
 
-// WriteTo writes the snapshot encoding (version 2) to w and returns the
-// number of bytes written. Equal states give identical bytes.
+// WriteTo writes the snapshot encoding to w and returns the number of
+// bytes written: version 2, or version 3 when some limit is in dry run (so
+// a build that knows no dry runs restores the snapshots of a cluster that
+// uses none). Equal states give identical bytes.
 func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	p.sort()
+	version := byte(snapshotVersion)
+	if slices.ContainsFunc(p.limits, func(kl keyLimit) bool { return kl.limit.DryRun }) {
+		version = snapshotV3
+	}
 	e := &snapshotWriter{w: w, buf: make([]byte, 0, min(p.sizeHint(), snapshotChunk+maxSnapshotEntry))}
 	e.buf = append(e.buf, snapshotMagic...)
-	e.buf = append(e.buf, snapshotVersion)
+	e.buf = append(e.buf, version)
 	e.buf = binary.AppendUvarint(e.buf, p.applied)
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(p.limits)))
 	for _, kl := range p.limits {
 		e.buf = appendString(e.buf, kl.key)
 		e.buf = appendFloat(e.buf, kl.limit.Rate)
 		e.buf = binary.AppendVarint(e.buf, int64(kl.limit.Burst))
+		if version == snapshotV3 {
+			var dry byte
+			if kl.limit.DryRun {
+				dry = 1
+			}
+			e.buf = append(e.buf, dry)
+		}
 		e.maybeFlush()
 	}
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(p.horizons)))
@@ -197,7 +211,7 @@ func (p *Snapshot) sizeHint() int {
 	const varint = binary.MaxVarintLen64
 	n := len(snapshotMagic) + 1 + 7*varint + 4
 	for _, kl := range p.limits {
-		n += varint + len(kl.key) + 8 + varint
+		n += varint + len(kl.key) + 8 + varint + 1
 	}
 	for _, kh := range p.horizons {
 		n += varint + len(kh.key) + varint
@@ -304,8 +318,8 @@ func decodeSnapshot(data []byte) (*State, error) {
 		return fail("magic %q: want %q", data[:len(snapshotMagic)], snapshotMagic)
 	}
 	version := data[len(snapshotMagic)]
-	if version != snapshotV1 && version != snapshotVersion {
-		return fail("version %d: this build reads versions %d and %d", version, snapshotV1, snapshotVersion)
+	if version != snapshotV1 && version != snapshotVersion && version != snapshotV3 {
+		return fail("version %d: this build reads versions %d, %d and %d", version, snapshotV1, snapshotVersion, snapshotV3)
 	}
 	body := data[:len(data)-trailer]
 	want := binary.BigEndian.Uint32(data[len(data)-trailer:])
@@ -337,10 +351,13 @@ func decodeSnapshot(data []byte) (*State, error) {
 	if d.err == nil {
 		st.limits = make(map[string]Limit, n)
 	}
-	prev := ""
+	prev, dryRuns := "", false
 	for i := 0; i < n && d.err == nil; i++ {
 		key := d.str("limit key", MaxKeyLen)
 		l := Limit{Rate: d.float("limit rate"), Burst: d.int("limit burst")}
+		if version == snapshotV3 {
+			l.DryRun = d.bit("limit dry run")
+		}
 		if d.err != nil {
 			break
 		}
@@ -351,6 +368,10 @@ func decodeSnapshot(data []byte) (*State, error) {
 			return fail("limit %d key %s: not after the previous key %s (keys must be sorted and unique)", i, quote(key), quote(prev))
 		}
 		st.limits[key], prev = l, key
+		dryRuns = dryRuns || l.DryRun
+	}
+	if version == snapshotV3 && d.err == nil && !dryRuns {
+		return fail("version 3 without a limit in dry run (not canonical: that is version 2)")
 	}
 
 	n = d.count("horizons", math.MaxInt, minHorizon)

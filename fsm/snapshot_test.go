@@ -73,6 +73,32 @@ func TestSnapshot_Golden(t *testing.T) {
 	}
 }
 
+// TestSnapshot_GoldenDryRun: a limit in dry run makes the snapshot
+// version 3, with a byte per limit; without one it stays version 2 (above),
+// which builds without dry runs read.
+func TestSnapshot_GoldenDryRun(t *testing.T) {
+	s := New()
+	mustApply(t, s, 1, SetLimit{Key: "a", Limit: Limit{Rate: 0.5, Burst: 1, DryRun: true}})
+	mustApply(t, s, 2, SetLimit{Key: "b", Limit: Limit{Rate: 1, Burst: 2}})
+	body := []byte("RPSN\x03\x02" +
+		"\x02" + "\x01a" + "\x3f\xe0\x00\x00\x00\x00\x00\x00" + "\x02" + "\x01" +
+		/*  */ "\x01b" + "\x3f\xf0\x00\x00\x00\x00\x00\x00" + "\x04" + "\x00" +
+		"\x00" + "\x00" + "\x00" + "\x00" + "\x00")
+	if got, want := snapshotBytes(t, s), withCRC(body); !bytes.Equal(got, want) {
+		t.Fatalf("snapshot =\n %x\nwant\n %x", got, want)
+	}
+	bad := bytes.Clone(body)
+	bad[len("RPSN\x03\x02\x02\x01a")+8+1] = 2 // a's dry-run byte
+	err := New().Restore(bytes.NewReader(withCRC(bad)))
+	if !errors.Is(err, ErrInvalidSnapshot) || !strings.Contains(err.Error(), "limit dry run 2") {
+		t.Fatalf("a dry-run byte of 2: %v, want ErrInvalidSnapshot naming it", err)
+	}
+	mustApply(t, s, 3, SetLimit{Key: "a", Limit: Limit{Rate: 0.5, Burst: 1}})
+	if v := snapshotBytes(t, s)[4]; v != 2 {
+		t.Fatalf("no limit in dry run: snapshot version %d, want 2", v)
+	}
+}
+
 // TestState_RestoreV1 checks that version-1 snapshots still restore, with
 // no pauses, caps or slots, replacing any the state had.
 func TestState_RestoreV1(t *testing.T) {
@@ -104,9 +130,13 @@ func TestState_RestoreV1(t *testing.T) {
 		idx := uint64(0)
 		for range rng.IntN(60) {
 			c := randCommand(rng, []string{"a", "b", "c"})
-			switch c.(type) {
+			switch c := c.(type) {
 			case SetPause, SetCap, DeleteCap, AcquireSlots, ReleaseSlots:
 				continue
+			case SetLimit:
+				if c.Limit.DryRun {
+					continue
+				}
 			}
 			idx++
 			mustApply(t, src, idx, c)
@@ -245,8 +275,9 @@ func TestState_RestoreCorrupt(t *testing.T) {
 	check("trailing byte", append(bytes.Clone(good), 0), "checksum mismatch")
 	check("empty", nil, "too short")
 	check("bad magic", withCRC([]byte("RPSX\x01\x00\x00\x00\x00")), `magic "RPSX"`)
-	check("version 0", withCRC([]byte("RPSN\x00\x00\x00\x00\x00\x00\x00\x00")), "version 0: this build reads versions 1 and 2")
-	check("version 3", withCRC([]byte("RPSN\x03\x00\x00\x00\x00\x00\x00\x00")), "version 3")
+	check("version 0", withCRC([]byte("RPSN\x00\x00\x00\x00\x00\x00\x00\x00")), "version 0: this build reads versions 1, 2 and 3")
+	check("version 4", withCRC([]byte("RPSN\x04\x00\x00\x00\x00\x00\x00\x00")), "version 4")
+	check("version 3 without a dry run", withCRC([]byte("RPSN\x03\x00\x00\x00\x00\x00\x00\x00")), "version 3 without a limit in dry run")
 	check("version 2 without its sections", withCRC([]byte("RPSN\x02\x00\x00\x00\x00")), "pauses count: truncated")
 	check("version 1 with empty version-2 sections", withCRC([]byte("RPSN\x01\x00\x00\x00\x00\x00\x00\x00")), "3 unexpected bytes")
 	check("bit flip in body", func() []byte { b := bytes.Clone(good); b[10] ^= 4; return b }(), "checksum mismatch")

@@ -168,10 +168,17 @@ func quote(s string) string {
 // cluster, any window of length W admits at most Rate*W + Burst events
 // (plus the grant-delivery allowance documented by package node).
 //
+// A limit in dry run (DryRun) is paced like any other, but a node admits
+// every event of its keys at once and counts those the limit would have
+// delayed or refused, so an operator can watch a new limit before
+// enforcing it. The bound above then holds for the limit's own grants,
+// not for what the callers send.
+//
 // The zero Limit is invalid; use Validate before relying on one.
 type Limit struct {
-	Rate  float64 // events per second: finite, > 0, <= MaxRate
-	Burst int     // >= 1, <= MaxBurst
+	Rate   float64 // events per second: finite, > 0, <= MaxRate
+	Burst  int     // >= 1, <= MaxBurst
+	DryRun bool    // admit everything; count what would have waited
 }
 
 // Validate reports every problem with l at once (errors.Join). Each error

@@ -85,7 +85,7 @@ func (cp Checkpoint) validate() error {
 }
 
 // SaveCheckpoint writes cp in one transaction. It replaces the cluster's
-// limits, members and caps with cp's. For each horizon it stores
+// limits (with the keys of those in dry run), members and caps with cp's. For each horizon it stores
 // horizon_at = clock_timestamp() + ahead (ahead rounded up to the
 // microsecond), and never moves a stored horizon_at backwards: the stored
 // value becomes the later of the two. Horizons of keys not in cp are kept
@@ -109,8 +109,12 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp Checkpoint) error {
 	lk := sortedKeys(cp.Limits)
 	lr := make([]float64, len(lk))
 	lb := make([]int32, len(lk))
+	var dk []string // the limits in dry run
 	for i, k := range lk {
 		lr[i], lb[i] = cp.Limits[k].Rate, int32(cp.Limits[k].Burst)
+		if cp.Limits[k].DryRun {
+			dk = append(dk, k)
+		}
 	}
 	mi := make([]string, len(cp.Members))
 	ma := make([]string, len(cp.Members))
@@ -144,6 +148,8 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp Checkpoint) error {
 		cl := s.cfg.Cluster
 		b.Queue(s.q.deleteLimits, cl)
 		b.Queue(s.q.insertLimits, cl, lk, lr, lb)
+		b.Queue(s.q.deleteDryRuns, cl)
+		b.Queue(s.q.insertDryRuns, cl, dk)
 		b.Queue(s.q.deleteMembers, cl)
 		b.Queue(s.q.insertMembers, cl, mi, ma, mf)
 		b.Queue(s.q.pruneHorizons, cl, hk)
@@ -194,6 +200,16 @@ func (s *Store) LoadCheckpoint(ctx context.Context) (cp Checkpoint, found bool, 
 		var lim fsm.Limit
 		if _, err := pgx.ForEachRow(rows, []any{&key, &lim.Rate, &lim.Burst}, func() error {
 			cp.Limits[key] = lim
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, _ = tx.Query(c, s.q.loadDryRuns, cl)
+		if _, err := pgx.ForEachRow(rows, []any{&key}, func() error {
+			if l, ok := cp.Limits[key]; ok { // written in one transaction with the limits
+				l.DryRun = true
+				cp.Limits[key] = l
+			}
 			return nil
 		}); err != nil {
 			return err

@@ -27,6 +27,7 @@ func TestCheckpoint_RoundTrip(t *testing.T) {
 	want := Checkpoint{
 		Limits: map[string]fsm.Limit{
 			"google-images":          {Rate: 10, Burst: 5},
+			"tenant:*":               {Rate: 2, Burst: 2, DryRun: true},
 			"provider:acme/cred:42":  {Rate: 0.1 + 0.2, Burst: 1}, // exact float8 round trip
 			"ключ":                   {Rate: fsm.MaxRate, Burst: fsm.MaxBurst},
 			strings.Repeat("k", 256): {Rate: math.SmallestNonzeroFloat64, Burst: 1},
@@ -87,6 +88,26 @@ func TestCheckpoint_RoundTrip(t *testing.T) {
 	must(t, err)
 	if len(got.Limits) != 0 || len(got.Members) != 0 {
 		t.Errorf("after empty checkpoint: %+v", got)
+	}
+}
+
+// TestCheckpoint_DryRunFollowsItsLimit: a limit leaves dry run when a
+// later checkpoint enforces it, and its dry-run row goes with the limit.
+func TestCheckpoint_DryRunFollowsItsLimit(t *testing.T) {
+	s := newStore(t, "c1")
+	ctx := ctxT(t)
+	for _, lims := range []map[string]fsm.Limit{
+		{"a": {Rate: 1, Burst: 1, DryRun: true}, "b": {Rate: 2, Burst: 1, DryRun: true}},
+		{"a": {Rate: 1, Burst: 1}, "b": {Rate: 2, Burst: 1, DryRun: true}},
+		{"a": {Rate: 1, Burst: 1}},
+		{"a": {Rate: 1, Burst: 1}, "b": {Rate: 2, Burst: 1}},
+	} {
+		must(t, s.SaveCheckpoint(ctx, Checkpoint{Limits: lims}))
+		got, _, err := s.LoadCheckpoint(ctx)
+		must(t, err)
+		if !reflect.DeepEqual(got.Limits, lims) {
+			t.Fatalf("saved %v, loaded %v", lims, got.Limits)
+		}
 	}
 }
 

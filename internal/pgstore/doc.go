@@ -77,6 +77,10 @@
 //	pauses       (cluster, key, paused_until timestamptz)         PK (cluster, key)
 //	             refusal pauses; paused_until only ever grows, and
 //	             a row is deleted once it has passed
+//	dry_runs     (cluster, key)                                   PK (cluster, key)
+//	             the keys of the limits in dry run (fsm.Limit.DryRun);
+//	             replaced with the limits (a table, not a column of
+//	             limits: tables are only ever added)
 //	witness      (cluster, node_id, seen_at timestamptz,
 //	              fenced boolean)                                 PK (cluster, node_id)
 //	             members' last heartbeats and fences; seen_at only ever

@@ -4,9 +4,9 @@ import "strings"
 
 // tableNames are the tables Open creates; migrate skips the DDL when all exist.
 // A schema made by an earlier version lacks the later tables (caps, pauses,
-// witness):
+// witness, dry_runs):
 // the DDL then creates just those.
-var tableNames = []string{"limits", "members", "horizons", "addresses", "pool_members", "pool_cursors", "caps", "pauses", "witness"}
+var tableNames = []string{"limits", "members", "horizons", "addresses", "pool_members", "pool_cursors", "caps", "pauses", "witness", "dry_runs"}
 
 // ddlSchema creates the schema. migrate runs it only when the schema is
 // missing: even with IF NOT EXISTS, CREATE SCHEMA needs the CREATE right on
@@ -70,6 +70,11 @@ CREATE TABLE IF NOT EXISTS {S}.pauses (
 	cluster      text        NOT NULL,
 	key          text        NOT NULL,
 	paused_until timestamptz NOT NULL,
+	PRIMARY KEY (cluster, key)
+);
+CREATE TABLE IF NOT EXISTS {S}.dry_runs (
+	cluster    text             NOT NULL,
+	key        text             NOT NULL,
 	PRIMARY KEY (cluster, key)
 );
 CREATE TABLE IF NOT EXISTS {S}.witness (
@@ -185,6 +190,9 @@ func newQueries(schema string) queries {
 		pruneHorizons:  r.Replace(`DELETE FROM {S}.horizons WHERE cluster = $1 AND horizon_at < clock_timestamp() AND NOT (key = ANY($2::text[]))`),
 		upsertHorizons: r.Replace(`INSERT INTO {S}.horizons AS h (cluster, key, horizon_at) SELECT $1, k, clock_timestamp() + a * {us} FROM unnest($2::text[], $3::int8[]) AS u(k, a) ON CONFLICT (cluster, key) DO UPDATE SET horizon_at = GREATEST(h.horizon_at, EXCLUDED.horizon_at)`),
 		loadLimits:     r.Replace(`SELECT key, rate, burst FROM {S}.limits WHERE cluster = $1`),
+		deleteDryRuns:  r.Replace(`DELETE FROM {S}.dry_runs WHERE cluster = $1`),
+		insertDryRuns:  r.Replace(`INSERT INTO {S}.dry_runs (cluster, key) SELECT $1, k FROM unnest($2::text[]) AS u(k)`),
+		loadDryRuns:    r.Replace(`SELECT key FROM {S}.dry_runs WHERE cluster = $1`),
 		loadMembers:    r.Replace(`SELECT node_id, addr, fraction FROM {S}.members WHERE cluster = $1`),
 		loadHorizons:   r.Replace(`SELECT key, (EXTRACT(EPOCH FROM GREATEST(horizon_at - clock_timestamp(), interval '0')) * 1000000)::int8 FROM {S}.horizons WHERE cluster = $1`),
 		deleteCaps:     r.Replace(`DELETE FROM {S}.caps WHERE cluster = $1`),
@@ -232,6 +240,7 @@ FROM {S}.witness w, n WHERE w.cluster = $1 AND w.node_id = $2`),
 type queries struct {
 	ddlSchema, ddl, reservePooled                            string
 	deleteLimits, insertLimits, deleteMembers, insertMembers string
+	deleteDryRuns, insertDryRuns, loadDryRuns                string
 	pruneHorizons, upsertHorizons                            string
 	loadLimits, loadMembers, loadHorizons                    string
 	deleteCaps, insertCaps, prunePauses, upsertPauses        string

@@ -69,7 +69,7 @@ func codecOf[T any](name string, decode func([]byte) (T, error), encode func(T) 
 func sameMsg(a, b any) bool {
 	if sa, ok := a.(SetLimitReq); ok {
 		sb := b.(SetLimitReq)
-		return sa.Key == sb.Key && sa.Limit.Burst == sb.Limit.Burst &&
+		return sa.Key == sb.Key && sa.Limit.Burst == sb.Limit.Burst && sa.Limit.DryRun == sb.Limit.DryRun &&
 			math.Float64bits(sa.Limit.Rate) == math.Float64bits(sb.Limit.Rate)
 	}
 	if sa, ok := a.(ShareAnswer); ok {
@@ -150,6 +150,7 @@ func rpcSeeds() []rpcSeed {
 		{"valid-reserve-resp", "ReserveResp", ReserveResp{Code: CodeOK, Wait: 5 * time.Millisecond}.Encode()},
 		{"valid-reserve-resp-limited", "ReserveResp", ReserveResp{Code: CodeLimitExceeded, Wait: time.Minute, Msg: "node: limit exceeded"}.Encode()},
 		{"valid-set-limit-req", "SetLimitReq", SetLimitReq{Key: "k", Limit: fsm.Limit{Rate: 200, Burst: 10}}.Encode()},
+		{"valid-set-limit-req-dry-run", "SetLimitReq", SetLimitReq{Key: "k", Limit: fsm.Limit{Rate: 5, Burst: 1, DryRun: true}}.Encode()},
 		{"valid-set-limit-req-nan", "SetLimitReq", SetLimitReq{Key: "k", Limit: fsm.Limit{Rate: math.NaN(), Burst: 1}}.Encode()},
 		{"valid-index-resp", "IndexResp", IndexResp{Code: CodeOK, Index: 42}.Encode()},
 		{"valid-index-resp-error", "IndexResp", IndexResp{Code: CodeUnavailable, Msg: "no quorum"}.Encode()},

@@ -137,11 +137,17 @@ func DecodeReserveResp(b []byte) (ReserveResp, error) {
 	return m, nil
 }
 
+// Encode ends with a byte 1 only for a limit in dry run, so a leader of a
+// build without dry runs refuses it (trailing bytes) rather than enforce it.
 func (m SetLimitReq) Encode() []byte {
 	b := []byte{Version}
 	b = appendString(b, m.Key)
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(m.Limit.Rate))
-	return binary.AppendUvarint(b, uint64(m.Limit.Burst))
+	b = binary.AppendUvarint(b, uint64(m.Limit.Burst))
+	if m.Limit.DryRun {
+		b = append(b, 1)
+	}
+	return b
 }
 
 func DecodeSetLimitReq(b []byte) (SetLimitReq, error) {
@@ -150,6 +156,12 @@ func DecodeSetLimitReq(b []byte) (SetLimitReq, error) {
 	m := SetLimitReq{Key: r.string(fsm.MaxKeyLen)}
 	m.Limit.Rate = r.float64()
 	burst := r.uvarint()
+	if r.err == nil && len(r.b) > 0 {
+		m.Limit.DryRun = r.byte() == 1 // the only value written
+		if !m.Limit.DryRun {
+			r.fail()
+		}
+	}
 	if err := r.done(); err != nil {
 		return SetLimitReq{}, err
 	}
