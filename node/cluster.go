@@ -52,7 +52,7 @@ func (n *Node) startGossip() error {
 		BindHost:          host,
 		BindPort:          port,
 		ClusterName:       cfg.ClusterName,
-		TLS:               cfg.tlsEnabled(),
+		TLS:               cfg.TLSCertFile != "", // Validate: all three TLS files or none
 		ShareTTL:          cfg.ShareTTL,
 		FailedServerAfter: cfg.FailedServerAfter,
 		UseGrace:          cfg.UseGrace,

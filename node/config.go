@@ -1,17 +1,16 @@
 package node
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/membership"
 	"github.com/raftpace/raftpace/node/pglink"
 	"github.com/raftpace/raftpace/transport"
 )
@@ -375,9 +374,6 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// tlsEnabled reports whether the node runs its transport over TLS.
-func (c Config) tlsEnabled() bool { return c.TLSCertFile != "" }
-
 // tlsConfig loads the TLS files: nil without TLS. Its errors are config
 // errors naming the fields and files.
 func (c Config) tlsConfig() (*transport.TLSConfig, error) {
@@ -406,19 +402,9 @@ func (c Config) tlsConfig() (*transport.TLSConfig, error) {
 
 // gossipKey reads GossipKeyFile: nil without one.
 func (c Config) gossipKey() ([]byte, error) {
-	if c.GossipKeyFile == "" {
-		return nil, nil
-	}
-	b, err := os.ReadFile(c.GossipKeyFile)
+	key, err := membership.ReadKeyFile(c.GossipKeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("%w: GossipKeyFile: %w", ErrInvalidConfig, err)
-	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
-	if err != nil {
-		return nil, fmt.Errorf("%w: GossipKeyFile %q: must hold the base64 of 16, 24 or 32 random bytes: %w", ErrInvalidConfig, c.GossipKeyFile, err)
-	}
-	if n := len(key); n != 16 && n != 24 && n != 32 {
-		return nil, fmt.Errorf("%w: GossipKeyFile %q: the key is %d bytes; it must be 16, 24 or 32 (raftpace tls init writes 32)", ErrInvalidConfig, c.GossipKeyFile, n)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return key, nil
 }

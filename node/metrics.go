@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/raftpace/raftpace"
@@ -41,7 +42,7 @@ func (n *Node) keyCountsSnapshot() []report.KeyCounts {
 			Key: key,
 			Reservations: map[string]uint64{
 				report.OutcomeGranted: c.Granted.Load(), report.OutcomeRefused: c.Refused.Load(), report.OutcomePaused: c.Paused.Load(),
-				report.OutcomeUnknownKey: c.Unknown.Load(), report.OutcomeError: c.Failed.Load(),
+				report.OutcomeUnknownKey: c.Unknown.Load(), report.OutcomeError: c.Failed.Load(), report.OutcomeDryRun: c.DryRun.Load(),
 			},
 			GrantedEvents: c.Events.Load(),
 			Slots: map[string]uint64{
@@ -55,12 +56,19 @@ func (n *Node) keyCountsSnapshot() []report.KeyCounts {
 
 // reserved records the outcome of one Reserve call that began at begin:
 // the per-key counters, the node's Stats and the admitted history. It is
-// the one place a reservation's outcome is counted.
-func (n *Node) reserved(key string, count int, begin time.Time, r raftpace.Reservation, err error) {
+// the one place a reservation's outcome is counted. It reports whether a
+// limit in dry run admits the reservation although err says it had no
+// slot now (over).
+func (n *Node) reserved(key string, count int, begin time.Time, r raftpace.Reservation, err error, dryRun bool) (over bool) {
+	over = dryRun && wouldWait(err)
 	key = n.state.LimitKey(key) // a template's keys are one row: bounded
 	c := n.keyCounts.Get(key)
 	var pe *raftpace.PausedError
 	switch {
+	case over:
+		c.DryRun.Add(1)
+		c.Events.Add(uint64(count))
+		n.admittedHist.Add(key, count, time.Now())
 	case err == nil:
 		c.Granted.Add(1)
 		c.Events.Add(uint64(count))
@@ -79,6 +87,7 @@ func (n *Node) reserved(key string, count int, begin time.Time, r raftpace.Reser
 	default:
 		c.Failed.Add(1)
 	}
+	return over
 }
 
 // slotsAcquired counts the outcome of one AcquireSlots call for each key.
@@ -96,4 +105,24 @@ func (n *Node) slotsAcquired(keys []string, err error) {
 			c.SlotFailed.Add(1)
 		}
 	}
+}
+
+// HistorySeconds is how far back a node keeps per-second event counts
+// (package node/tally counts them: the node's admitted and granted
+// histories, what status, the metrics page and its chart show).
+const HistorySeconds = tally.HistorySeconds
+
+// History returns the per-second history of every key this node has seen
+// events of, over the last secs seconds (at most HistorySeconds-1).
+func (n *Node) History(secs int) []report.KeyHistory {
+	now := time.Now()
+	end := now.Truncate(time.Second)
+	keys := append(n.admittedHist.Keys(), n.grantedHist.Keys()...)
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	out := make([]report.KeyHistory, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, report.KeyHistory{Key: k, End: end, Admitted: n.admittedHist.Series(k, now, secs), Granted: n.grantedHist.Series(k, now, secs)})
+	}
+	return out
 }

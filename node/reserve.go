@@ -19,6 +19,10 @@ import (
 // set; larger counts, and every request with leases disabled, go to the
 // leader one by one (forwarded by a follower), retried within maxWait when
 // a grant arrives too late to be used within UseGrace.
+//
+// A limit in dry run (fsm.Limit.DryRun) is asked for a slot now; the event
+// goes at once whatever it answers (report.OutcomeDryRun counts those it
+// had none for). The refusal gate holds such a key as any other.
 func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (r raftpace.Reservation, err error) {
 	if err := fsm.ValidateEventKey(key); err != nil {
 		return raftpace.Reservation{}, fmt.Errorf("node: reserve: %w: %w", raftpace.ErrInvalidRequest, err)
@@ -31,7 +35,16 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 	}
 	begin := time.Now()
 	deadline := begin.Add(maxWait)
-	defer func() { n.reserved(key, count, begin, r, err) }()
+	lim, _ := n.state.Limit(key)
+	limitDeadline := deadline // what the limit may wait for: a dry run asks for a slot now
+	if lim.DryRun {
+		limitDeadline = begin
+	}
+	defer func() {
+		if n.reserved(key, count, begin, r, err, lim.DryRun) { // admitted by the dry run
+			r, err = raftpace.Reservation{At: time.Now(), UseBy: time.Now().Add(n.cfg.UseGrace)}, nil
+		}
+	}()
 	for {
 		if n.closed() {
 			return raftpace.Reservation{}, raftpace.ErrClosed
@@ -43,7 +56,7 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 			return raftpace.Reservation{}, err
 		}
 		if n.fallback.Current() != ModeRaft {
-			r, err := n.fallback.Reserve(key, count, time.Until(deadline))
+			r, err := n.fallback.Reserve(key, count, time.Until(limitDeadline))
 			switch {
 			case errors.Is(err, errPoolPending):
 				if err := sleepCtx(ctx, n.ctx, 20*time.Millisecond); err != nil {
@@ -57,12 +70,20 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 				return r, err
 			}
 		}
-		r, err := n.reserveRaft(ctx, key, count, max(0, time.Until(deadline)))
+		r, err := n.reserveRaft(ctx, key, count, max(0, time.Until(limitDeadline)))
 		if errors.Is(err, lease.ErrModeChanged) || errors.Is(err, errLeaderPaused) {
 			continue // dispatch again: the node fell back, or the gate now holds the pause
 		}
 		return r, err
 	}
+}
+
+// wouldWait reports whether err says a limit had no slot for a reservation
+// now (a wait too long, or no leader to ask at once), as opposed to a
+// pause, a bad request or a closing node.
+func wouldWait(err error) bool {
+	var pe *raftpace.PausedError
+	return (errors.Is(err, raftpace.ErrLimitExceeded) && !errors.As(err, &pe)) || errors.Is(err, raftpace.ErrNoLeader)
 }
 
 // inFallback reports whether the node should stop retrying the leader and

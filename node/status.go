@@ -97,7 +97,7 @@ func (n *Node) Status(ctx context.Context) (report.Status, error) {
 	now := time.Now()
 	for key, lim := range n.state.Limits() {
 		v := views[key]
-		st.Limits = append(st.Limits, report.LimitStatus{Key: key, Rate: lim.Rate, Burst: lim.Burst, HorizonIn: v.HorizonIn, Backlog: v.Backlog,
+		st.Limits = append(st.Limits, report.LimitStatus{Key: key, Rate: lim.Rate, Burst: lim.Burst, DryRun: lim.DryRun, HorizonIn: v.HorizonIn, Backlog: v.Backlog,
 			Admitted10s: n.admittedHist.Rate(key, now, 10), Granted10s: n.grantedHist.Rate(key, now, 10)})
 	}
 	sort.Slice(st.Limits, func(i, j int) bool { return st.Limits[i].Key < st.Limits[j].Key })

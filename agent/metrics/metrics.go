@@ -80,7 +80,7 @@ var (
 	mUp    = newMetric("status_up", "1 if the node answered its status at this scrape, else 0 (and only the counters below are exported).", gauge)
 	mReady = newMetric("ready", "1 if the node can admit events under the promise now (as /readyz answers 200), else 0.", gauge)
 
-	mReservations = newMetric("reservations_total", "Reserve calls by this node's callers, by key and outcome (granted, refused: limit exceeded within the maximum wait, paused: a pause outlasted it, unknown_key, error: no leader, closed, stopped, cancelled).", counter, "key", "outcome")
+	mReservations = newMetric("reservations_total", "Reserve calls by this node's callers, by key and outcome (granted, refused: limit exceeded within the maximum wait, paused: a pause outlasted it, unknown_key, error: no leader, closed, stopped, cancelled, dry_run_over: admitted by a limit in dry run that had no slot for it now).", counter, "key", "outcome")
 	mEvents       = newMetric("granted_events_total", "Events in the reservations granted to this node's callers (a reservation may be for several events), by key.", counter, "key")
 	mSlots        = newMetric("slot_acquisitions_total", "AcquireSlots calls by this node's callers, counted for each key named, by outcome (acquired, concurrency_refused, unknown_key, error).", counter, "key", "outcome")
 	mWait         = newMetric("reservation_wait_seconds", "Delay of each granted reservation: from the Reserve call to the time its events may go.", counter)
@@ -168,7 +168,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 	nm := c.n.Metrics()
 	for _, k := range nm.Keys {
-		for _, o := range []string{report.OutcomeGranted, report.OutcomeRefused, report.OutcomePaused, report.OutcomeUnknownKey, report.OutcomeError} {
+		for _, o := range []string{report.OutcomeGranted, report.OutcomeRefused, report.OutcomePaused, report.OutcomeUnknownKey, report.OutcomeError, report.OutcomeDryRun} {
 			emit(mReservations, float64(k.Reservations[o]), k.Key, o)
 		}
 		emit(mEvents, float64(k.GrantedEvents), k.Key)

@@ -11,9 +11,9 @@
 // can read them from the DOM.
 //
 // It is one of the agent's surfaces (agent/admin, agent/metrics, agent/web):
-// it sits on top of node and imports node (its History) and node/report
-// (its Status) only; node, the worker side and the leaf libraries under
-// internal/ never import it.
+// it reads a node through the Node interface and imports node/report (the
+// shapes of its Status and History) only; node, the worker side and the
+// leaf libraries under internal/ never import it.
 package web
 
 import (
@@ -29,14 +29,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/raftpace/raftpace/node"
 	"github.com/raftpace/raftpace/node/report"
 )
 
 // Node is what the page reads. *node.Node implements it.
 type Node interface {
 	Status(ctx context.Context) (report.Status, error)
-	History(secs int) []node.KeyHistory
+	History(secs int) []report.KeyHistory
 }
 
 const (
@@ -79,7 +78,7 @@ func Handler(n Node) http.Handler {
 }
 
 // Render writes the page of st and hist (the node's History) to w.
-func Render(w *bytes.Buffer, st report.Status, hist []node.KeyHistory, now time.Time) error {
+func Render(w *bytes.Buffer, st report.Status, hist []report.KeyHistory, now time.Time) error {
 	return page.Execute(w, build(st, hist, now))
 }
 
@@ -152,7 +151,7 @@ func rateText(v float64) string {
 	return fmt.Sprintf("%.3g/s", v)
 }
 
-func build(st report.Status, hist []node.KeyHistory, now time.Time) view {
+func build(st report.Status, hist []report.KeyHistory, now time.Time) view {
 	v := view{Refresh: RefreshSeconds, Now: now.UTC().Format(time.RFC3339), St: st, Leading: st.Granting,
 		Fraction: num(round(st.Fraction, 4)), Held: num(round(st.HeldFraction, 4))}
 	v.State = st.State
@@ -216,7 +215,7 @@ func build(st report.Status, hist []node.KeyHistory, now time.Time) view {
 		v.Keys = append(v.Keys, *keys[k])
 	}
 
-	byKey := map[string]node.KeyHistory{}
+	byKey := map[string]report.KeyHistory{}
 	for _, h := range hist {
 		byKey[h.Key] = h
 	}

@@ -12,19 +12,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftpace/raftpace/node"
 	"github.com/raftpace/raftpace/node/report"
 )
 
 type fakeNode struct {
 	st   report.Status
-	hist []node.KeyHistory
+	hist []report.KeyHistory
 	err  error
 }
 
 func (f fakeNode) Status(context.Context) (report.Status, error) { return f.st, f.err }
-func (f fakeNode) History(secs int) []node.KeyHistory {
-	out := make([]node.KeyHistory, 0, len(f.hist))
+func (f fakeNode) History(secs int) []report.KeyHistory {
+	out := make([]report.KeyHistory, 0, len(f.hist))
 	for _, h := range f.hist {
 		h.Admitted = tail(h.Admitted, secs)
 		h.Granted = tail(h.Granted, secs)
@@ -88,7 +87,7 @@ func attr(t *testing.T, page, re string) string {
 }
 
 func TestPage_Leader(t *testing.T) {
-	f := fakeNode{st: leaderStatus(), hist: []node.KeyHistory{{Key: "img", Admitted: constant(ChartSeconds, 7), Granted: constant(ChartSeconds, 20)}}}
+	f := fakeNode{st: leaderStatus(), hist: []report.KeyHistory{{Key: "img", Admitted: constant(ChartSeconds, 7), Granted: constant(ChartSeconds, 20)}}}
 	code, hdr, page := get(t, Handler(f), http.MethodGet)
 	if code != 200 || !strings.HasPrefix(hdr.Get("Content-Type"), "text/html") {
 		t.Fatalf("GET /: %d %s", code, hdr.Get("Content-Type"))
@@ -135,8 +134,8 @@ func TestPage_Leader(t *testing.T) {
 func TestPage_Follower(t *testing.T) {
 	st := leaderStatus()
 	st.ID, st.State, st.Granting, st.HeldFraction = "n2", "Follower", false, 0
-	h := node.KeyHistory{Key: "img", Admitted: append(constant(ChartSeconds-10, 0), constant(10, 10)...), Granted: constant(ChartSeconds, 0)}
-	_, _, page := get(t, Handler(fakeNode{st: st, hist: []node.KeyHistory{h}}), http.MethodGet)
+	h := report.KeyHistory{Key: "img", Admitted: append(constant(ChartSeconds-10, 0), constant(10, 10)...), Granted: constant(ChartSeconds, 0)}
+	_, _, page := get(t, Handler(fakeNode{st: st, hist: []report.KeyHistory{h}}), http.MethodGet)
 	if strings.Contains(page, "data-granted10s") || strings.Contains(page, "fleet-wide") {
 		t.Error("a follower shows fleet-wide figures")
 	}
@@ -150,7 +149,7 @@ func TestPage_Follower(t *testing.T) {
 
 func TestPage_ShortHistory(t *testing.T) {
 	// A node that just started has fewer seconds than the chart spans.
-	f := fakeNode{st: leaderStatus(), hist: []node.KeyHistory{{Key: "img", Granted: constant(5, 3), Admitted: constant(5, 3)}}}
+	f := fakeNode{st: leaderStatus(), hist: []report.KeyHistory{{Key: "img", Granted: constant(5, 3), Admitted: constant(5, 3)}}}
 	_, _, page := get(t, Handler(f), http.MethodGet)
 	pts := strings.Fields(attr(t, page, `data-series="granted" points="([^"]+)"`))
 	if len(pts) != ChartSeconds {

@@ -1,5 +1,7 @@
 package report
 
+import "time"
+
 // Reservation outcomes, as Metrics reports them (the keys of
 // KeyCounts.Reservations and KeyCounts.Slots).
 const (
@@ -8,6 +10,10 @@ const (
 	OutcomePaused     = "paused"      // *raftpace.PausedError: a pause outlasted the caller's maximum wait
 	OutcomeUnknownKey = "unknown_key" // raftpace.ErrUnknownKey: no limit (or no cap) for the key
 	OutcomeError      = "error"       // anything else: no leader, closed, stopped, cancelled
+	// OutcomeDryRun: admitted at once by a limit in dry run (fsm.Limit.DryRun)
+	// that had no slot for it now: enforced, it would have waited or been
+	// refused (or waited for a leader). What a dry run is watched for.
+	OutcomeDryRun = "dry_run_over"
 	// Slot acquisitions (AcquireSlots), counted for each key of the request.
 	OutcomeAcquired           = "acquired"
 	OutcomeConcurrencyRefused = "concurrency_refused" // *raftpace.ConcurrencyLimitError: no room within the maximum wait
@@ -26,9 +32,10 @@ type KeyCounts struct {
 	Key string `json:"key"`
 	// Reservations (Reserve calls with a valid key and count) by outcome:
 	// OutcomeGranted, OutcomeRefused, OutcomePaused, OutcomeUnknownKey,
-	// OutcomeError.
+	// OutcomeError, OutcomeDryRun.
 	Reservations map[string]uint64 `json:"reservations"`
-	// GrantedEvents is the events in granted reservations (their counts).
+	// GrantedEvents is the events in granted reservations (their counts),
+	// those a dry run admitted included.
 	GrantedEvents uint64 `json:"granted_events"`
 	// Slots (AcquireSlots calls naming the key) by outcome:
 	// OutcomeAcquired, OutcomeConcurrencyRefused, OutcomeUnknownKey,
@@ -105,4 +112,16 @@ type TransportStats struct {
 	// CallsOut counts Calls made; CallErrors those that returned an error
 	// of any kind (remote, context, connection).
 	CallsOut, CallErrors uint64
+}
+
+// KeyHistory is a key's per-second counts for the last Seconds whole
+// seconds before End (oldest first). Admitted: events this node granted to
+// its own callers. Granted: slots this node granted as leader to the whole
+// fleet (leased slots included, whether used or dropped), zero while it
+// follows.
+type KeyHistory struct {
+	Key      string    `json:"key"`
+	End      time.Time `json:"end"`
+	Admitted []uint64  `json:"admitted"`
+	Granted  []uint64  `json:"granted"`
 }

@@ -116,6 +116,7 @@ type LimitStatus struct {
 	Key       string        `json:"key"`
 	Rate      float64       `json:"rate"`
 	Burst     int           `json:"burst"`
+	DryRun    bool          `json:"dry_run,omitempty"` // admits everything, counts what it would not have (fsm.Limit.DryRun)
 	HorizonIn time.Duration `json:"horizon_in_ns,omitempty"`
 	Backlog   time.Duration `json:"backlog_ns,omitempty"`
 	// Admitted10s is the mean rate (events per second) this node granted to
