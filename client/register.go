@@ -15,7 +15,8 @@ import (
 // If the cluster has no limit for key it sets lim; if it already has lim,
 // Register does nothing; if it has other values, Register changes nothing
 // and returns a *PolicyConflictError (matching ErrPolicyConflict) naming
-// both, as "rate=R/s burst=B". An operator changes a registered limit with
+// both, as "rate=R/s burst=B" (and " mode=dry-run" for a limit in dry run:
+// a limit in dry run and the same limit enforced differ). An operator changes a registered limit with
 // SetLimit (`raftpace limit set`), not by registering other values.
 //
 // Register first catches this node up with the leader (when the Backend
@@ -96,7 +97,11 @@ func capConflict(key string, want, cur int) error {
 }
 
 func formatLimit(l Limit) string {
-	return "rate=" + strconv.FormatFloat(l.Rate, 'g', -1, 64) + "/s burst=" + strconv.Itoa(l.Burst)
+	s := "rate=" + strconv.FormatFloat(l.Rate, 'g', -1, 64) + "/s burst=" + strconv.Itoa(l.Burst)
+	if l.DryRun {
+		s += " mode=dry-run"
+	}
+	return s
 }
 
 func formatCap(max int) string { return "max=" + strconv.Itoa(max) }

@@ -177,7 +177,7 @@ func (c *Client) SetLimit(ctx context.Context, key string, lim fsm.Limit) error 
 	if err := lim.Validate(); err != nil {
 		return &Error{StatusCode: http.StatusBadRequest, Message: oneLine(err)}
 	}
-	return c.do(ctx, http.MethodPut, limitPath(key), Limit{Rate: lim.Rate, Burst: lim.Burst}, nil, http.StatusOK)
+	return c.do(ctx, http.MethodPut, limitPath(key), LimitOf(lim), nil, http.StatusOK)
 }
 
 // Limit returns key's limit; the error unwraps to raftpace.ErrUnknownKey if
@@ -187,7 +187,7 @@ func (c *Client) Limit(ctx context.Context, key string) (fsm.Limit, error) {
 	if err := c.do(ctx, http.MethodGet, limitPath(key), nil, &kl, http.StatusOK); err != nil {
 		return fsm.Limit{}, err
 	}
-	return fsm.Limit{Rate: kl.Rate, Burst: kl.Burst}, nil
+	return kl.FSMLimit(), nil
 }
 
 // Limits returns every limit.
@@ -198,7 +198,7 @@ func (c *Client) Limits(ctx context.Context) (map[string]fsm.Limit, error) {
 	}
 	out := make(map[string]fsm.Limit, len(lr.Limits))
 	for k, l := range lr.Limits {
-		out[k] = fsm.Limit{Rate: l.Rate, Burst: l.Burst}
+		out[k] = l.FSMLimit()
 	}
 	return out, nil
 }

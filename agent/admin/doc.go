@@ -20,8 +20,12 @@
 //	GET  /v1/status        the node's view of the cluster (node/report's Status)
 //	GET  /v1/limits        {"limits":{"KEY":{"rate":R,"burst":B},...}}
 //	GET  /v1/limits/KEY    {"key":"KEY","rate":R,"burst":B}
-//	PUT  /v1/limits/KEY    body {"rate":R,"burst":B}; burst defaults to 1.
+//	PUT  /v1/limits/KEY    body {"rate":R,"burst":B,"dry_run":D}; burst
+//	                       defaults to 1, dry_run to false (enforced); a
+//	                       limit in dry run admits every event and counts
+//	                       those it had no slot for (fsm.Limit.DryRun).
 //	                       Answers like GET once the limit is committed.
+//	                       A limit in dry run is written with "dry_run":true.
 //	GET  /v1/caps          {"caps":{"KEY":N,...}}
 //	PUT  /v1/caps/KEY      body {"max":N}: KEY's fleet-wide concurrency cap
 //	DELETE /v1/caps/KEY    removes the cap

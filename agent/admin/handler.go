@@ -36,15 +36,21 @@ const (
 
 // Limit is a limit as the API writes it.
 type Limit struct {
-	Rate  float64 `json:"rate"`
-	Burst int     `json:"burst"`
+	Rate   float64 `json:"rate"`
+	Burst  int     `json:"burst"`
+	DryRun bool    `json:"dry_run,omitempty"` // fsm.Limit.DryRun: admits everything, counts what it would not have
+}
+
+// LimitOf and FSMLimit convert between the API's limit and the state's.
+func LimitOf(l fsm.Limit) Limit { return Limit{Rate: l.Rate, Burst: l.Burst, DryRun: l.DryRun} }
+func (l Limit) FSMLimit() fsm.Limit {
+	return fsm.Limit{Rate: l.Rate, Burst: l.Burst, DryRun: l.DryRun}
 }
 
 // KeyLimit is one key's limit, the answer of GET and PUT /v1/limits/KEY.
 type KeyLimit struct {
-	Key   string  `json:"key"`
-	Rate  float64 `json:"rate"`
-	Burst int     `json:"burst"`
+	Key string `json:"key"`
+	Limit
 }
 
 // LimitsResponse is the answer of GET /v1/limits.
@@ -77,8 +83,9 @@ type ErrorResponse struct {
 // setLimitRequest is the body of PUT /v1/limits/KEY. Pointers tell an
 // absent field from a zero one.
 type setLimitRequest struct {
-	Rate  *float64 `json:"rate"`
-	Burst *int     `json:"burst"`
+	Rate   *float64 `json:"rate"`
+	Burst  *int     `json:"burst"`
+	DryRun bool     `json:"dry_run"` // absent: enforced
 }
 
 const limitsPrefix = "/v1/limits/"
@@ -183,7 +190,7 @@ func (h *handler) limits(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := LimitsResponse{Limits: make(map[string]Limit, len(lims))}
 	for k, l := range lims {
-		resp.Limits[k] = Limit{Rate: l.Rate, Burst: l.Burst}
+		resp.Limits[k] = LimitOf(l)
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -196,7 +203,7 @@ func (h *handler) limit(w http.ResponseWriter, r *http.Request, key string) {
 		writeNodeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, KeyLimit{Key: key, Rate: lim.Rate, Burst: lim.Burst})
+	writeJSON(w, http.StatusOK, KeyLimit{Key: key, Limit: LimitOf(lim)})
 }
 
 func (h *handler) setLimit(w http.ResponseWriter, r *http.Request, key string) {
@@ -208,7 +215,7 @@ func (h *handler) setLimit(w http.ResponseWriter, r *http.Request, key string) {
 		writeError(w, http.StatusBadRequest, `field "rate" is required`)
 		return
 	}
-	lim := fsm.Limit{Rate: *req.Rate, Burst: 1}
+	lim := fsm.Limit{Rate: *req.Rate, Burst: 1, DryRun: req.DryRun}
 	if req.Burst != nil {
 		lim.Burst = *req.Burst
 	}
@@ -222,7 +229,7 @@ func (h *handler) setLimit(w http.ResponseWriter, r *http.Request, key string) {
 		writeNodeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, KeyLimit{Key: key, Rate: lim.Rate, Burst: lim.Burst})
+	writeJSON(w, http.StatusOK, KeyLimit{Key: key, Limit: LimitOf(lim)})
 }
 
 func (h *handler) join(w http.ResponseWriter, r *http.Request) {

@@ -161,5 +161,5 @@ func (h *handler) limit(w http.ResponseWriter, r *http.Request, key string) {
 		nodeError(w, err, "key")
 		return
 	}
-	admin.WriteJSON(w, http.StatusOK, admin.KeyLimit{Key: key, Rate: lim.Rate, Burst: lim.Burst})
+	admin.WriteJSON(w, http.StatusOK, admin.KeyLimit{Key: key, Limit: admin.LimitOf(lim)})
 }

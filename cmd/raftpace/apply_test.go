@@ -93,3 +93,56 @@ func TestBinary_LimitApply(t *testing.T) {
 		t.Errorf("%d tenant keys listed after applying 1,000", n)
 	}
 }
+
+// A limit in dry run, from the real binary: limit set --mode dry-run says
+// so, get, list and --json show it, a policy file's mode moves it to
+// enforce (and shows the change), and a mistyped mode sets nothing.
+func TestBinary_LimitDryRun(t *testing.T) {
+	bin := buildBinary(t)
+	a := startBinAgent(t, bin, t.TempDir())
+	if a.info.HTTPAddr == "" {
+		t.Fatalf("agent did not start:\n%s", a.stderr)
+	}
+	run := func(wantCode int, args ...string) (stdout, stderr string) {
+		t.Helper()
+		stdout, stderr, code := runBinary(t, bin, append(args, "--addr", a.info.HTTPAddr)...)
+		if code != wantCode {
+			t.Fatalf("raftpace %q: exit %d, want %d:\n%s%s", args, code, wantCode, stdout, stderr)
+		}
+		return stdout, stderr
+	}
+	if out, _ := run(0, "limit", "set", "d", "--rate", "2", "--mode", "dry-run"); out != "d: rate 2/s, burst 1, dry run: admits everything, counts what it would hold back\n" {
+		t.Errorf("limit set --mode dry-run:\n%s", out)
+	}
+	if out, _ := run(0, "limit", "get", "d", "--json"); strings.Join(strings.Fields(out), "") != `{"key":"d","rate":2,"burst":1,"dry_run":true}` {
+		t.Errorf("limit get --json:\n%s", out)
+	}
+	if out, _ := run(0, "limit", "list"); !strings.Contains(out, "d    2/s (dry run)  1") {
+		t.Errorf("limit list:\n%s", out)
+	}
+	_, errOut := run(2, "limit", "set", "e", "--rate", "2", "--mode", "dryrun")
+	if !strings.Contains(errOut, `--mode "dryrun": must be enforce or dry-run`) {
+		t.Errorf("a mistyped mode:\n%s", errOut)
+	}
+	run(1, "limit", "get", "e") // nothing was set
+
+	p := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(p, []byte(`{"limits":{"d":{"rate":2,"mode":"enforce"},"n":{"rate":3,"mode":"dry-run"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := run(0, "limit", "apply", p)
+	for _, want := range []string{"limit d: 2/s burst 1 (dry run) -> 2/s burst 1\n", "limit n: 3/s burst 1 (dry run) (new)\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("limit apply lacks %q:\n%s", want, out)
+		}
+	}
+	if out, _ := run(0, "limit", "get", "d", "--json"); strings.Contains(out, "dry_run") {
+		t.Errorf("after applying mode enforce, d is still in dry run:\n%s", out)
+	}
+	if err := os.WriteFile(p, []byte(`{"limits":{"d":{"rate":2,"mode":"observe"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut := run(2, "limit", "apply", p); !strings.Contains(errOut, `limit "d": mode "observe": must be enforce or dry-run`) {
+		t.Errorf("a bad mode in a policy file:\n%s", errOut)
+	}
+}

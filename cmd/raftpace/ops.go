@@ -16,6 +16,7 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/agent/admin"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
+	"github.com/raftpace/raftpace/cmd/raftpace/internal/policy"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/render"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/loop"
@@ -133,7 +134,7 @@ func (c *cli) status(name string, args []string) error {
 
 // ---- limit ----------------------------------------------------------------
 
-const limitUsage = `Usage: raftpace limit set KEY --rate R [--burst B] [flags]
+const limitUsage = `Usage: raftpace limit set KEY --rate R [--burst B] [--mode enforce|dry-run] [flags]
        raftpace limit get KEY [--json] [flags]
        raftpace limit list [--json] [flags]
        raftpace limit apply FILE [--dry-run] [flags]
@@ -148,6 +149,11 @@ the * gets its own limit R, B on first use, with no step per key
 the longest matching template wins. Events of a template's keys are counted
 under the template in status and metrics; an idle key leaves the leader's
 memory after a minute.
+
+A limit set with --mode dry-run is paced as usual but holds nothing back:
+every event goes at once, and those the limit had no slot for are counted
+(raftpace_reservations_total{outcome="dry_run_over"}), so a new limit can be
+watched before it is enforced. Set it again without --mode to enforce it.
 
 limit apply sets every limit and cap of a policy file that differs from the
 cluster's, checking the whole file first (raftpace limit apply -h).
@@ -234,16 +240,21 @@ func checkLimit(f *cmdline.Flags, lim fsm.Limit) error {
 }
 
 func (c *cli) limitSet(args []string) error {
-	f := cmdline.New("limit set", "KEY --rate R [--burst B] [flags]",
+	f := cmdline.New("limit set", "KEY --rate R [--burst B] [--mode enforce|dry-run] [flags]",
 		"Sets KEY's limit for the whole cluster: at most R events per second, with\nbursts of up to B. It returns once the limit is committed.\n\n"+
 			"KEY is 1 to 256 bytes of UTF-8 with no whitespace, control or invisible\n"+
 			"characters. A KEY ending in * is a template: every key under it gets its own\n"+
 			"limit R, B on first use (the longest template wins, a key's own limit beats\n"+
 			"it). A KEY starting with '-' goes last, after --: limit set --rate 5 -- -key.\n"+
-			"R is at least 1/1800 (one event per 30 minutes): no slower key could be granted.")
+			"R is at least 1/1800 (one event per 30 minutes): no slower key could be granted.\n\n"+
+			"--mode dry-run admits every event of KEY at once and counts those the limit\n"+
+			"had no slot for (metric raftpace_reservations_total, outcome dry_run_over):\n"+
+			"a limit to watch before enforcing it. Each limit set gives the mode anew,\n"+
+			"so a later limit set without --mode enforces the limit.")
 	o := addAdminFlags(f)
 	rate := f.String("rate", "", "events per second across the cluster, 1/1800 <= `R` <= 1e9 (required)")
 	burst := f.String("burst", "1", "events allowed at once after a quiet spell, `B` >= 1")
+	mode := f.String("mode", "enforce", "`enforce` the limit, or dry-run: admit everything and count what it would hold back")
 	pos, err := c.parse(f, args)
 	if err != nil {
 		return err
@@ -260,7 +271,10 @@ func (c *cli) limitSet(args []string) error {
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return f.ValueError("--burst: invalid integer %q", *burst)
 	}
-	lim := fsm.Limit{Rate: r, Burst: b}
+	lim := fsm.Limit{Rate: r, Burst: b, DryRun: *mode == policy.ModeDryRun}
+	if *mode != policy.ModeEnforce && *mode != policy.ModeDryRun {
+		return f.ValueError("--mode %q: must be enforce or dry-run", *mode)
+	}
 	if err := checkLimit(f, lim); err != nil {
 		return err
 	}
@@ -269,7 +283,11 @@ func (c *cli) limitSet(args []string) error {
 	if err := o.client().SetLimit(ctx, key, lim); err != nil {
 		return fmt.Errorf("limit set %q: %w", key, err)
 	}
-	fmt.Fprintf(c.stdout, "%s: rate %s/s, burst %d\n", key, render.Rate(r), b)
+	done := fmt.Sprintf("%s: rate %s/s, burst %d", key, render.Rate(r), b)
+	if lim.DryRun {
+		done += ", dry run: admits everything, counts what it would hold back"
+	}
+	fmt.Fprintln(c.stdout, done)
 	return nil
 }
 
@@ -295,7 +313,7 @@ func (c *cli) limitGet(args []string) error {
 		return fmt.Errorf("limit get %q: %w", key, err)
 	}
 	if *asJSON {
-		return render.JSON(c.stdout, admin.KeyLimit{Key: key, Rate: lim.Rate, Burst: lim.Burst})
+		return render.JSON(c.stdout, admin.KeyLimit{Key: key, Limit: admin.LimitOf(lim)})
 	}
 	render.Limits(c.stdout, map[string]fsm.Limit{key: lim})
 	return nil
@@ -321,7 +339,7 @@ func (c *cli) limitList(args []string) error {
 	if *asJSON {
 		resp := admin.LimitsResponse{Limits: map[string]admin.Limit{}}
 		for k, l := range lims {
-			resp.Limits[k] = admin.Limit{Rate: l.Rate, Burst: l.Burst}
+			resp.Limits[k] = admin.LimitOf(l)
 		}
 		return render.JSON(c.stdout, resp)
 	}

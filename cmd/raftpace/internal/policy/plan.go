@@ -40,9 +40,16 @@ func (c Change) Kind() string {
 }
 
 // String is the change as the operator reads it:
-// "limit tenant:a: 5/s burst 5 (new)", "cap api: 4 -> 8".
+// "limit tenant:a: 5/s burst 5 (new)", "cap api: 4 -> 8",
+// "limit b: 5/s burst 5 (dry run) -> 5/s burst 5".
 func (c Change) String() string {
-	limit := func(l fsm.Limit) string { return fmt.Sprintf("%s/s burst %d", render.Rate(l.Rate), l.Burst) }
+	limit := func(l fsm.Limit) string {
+		s := fmt.Sprintf("%s/s burst %d", render.Rate(l.Rate), l.Burst)
+		if l.DryRun {
+			s += " (dry run)"
+		}
+		return s
+	}
 	switch {
 	case c.Cap && c.New():
 		return fmt.Sprintf("cap %s: %d (new)", c.Key, c.Max)

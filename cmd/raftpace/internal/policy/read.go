@@ -27,16 +27,23 @@ type File struct {
 type Limit struct {
 	Rate  float64 `json:"rate"`
 	Burst int     `json:"burst"`
+	Mode  string  `json:"mode,omitempty"` // "enforce" (or left out) or "dry-run", as limit set --mode
 }
 
-// Limit is the limit the file means: a burst left out (0) is 1; any other
-// burst is as written, for Read to check.
+// Limit is the limit the file means: a burst left out (0) is 1, a mode
+// left out is enforce; anything else is as written, for Read to check.
 func (l Limit) Limit() fsm.Limit {
 	if l.Burst == 0 {
 		l.Burst = 1
 	}
-	return fsm.Limit{Rate: l.Rate, Burst: l.Burst}
+	return fsm.Limit{Rate: l.Rate, Burst: l.Burst, DryRun: l.Mode == ModeDryRun}
 }
+
+// The modes of a limit, as the file and `limit set --mode` write them.
+const (
+	ModeEnforce = "enforce"
+	ModeDryRun  = "dry-run"
+)
 
 // Read reads and checks a policy file: every key, limit and cap, with the
 // rules the cluster applies, every problem at once.
@@ -63,6 +70,9 @@ func Read(path string) (File, error) {
 		problems := l.Limit().Explain("rate", "burst")
 		if err := fsm.CheckMinRate(l.Rate); len(problems) == 0 && err != nil {
 			problems = append(problems, err.Error())
+		}
+		if l.Mode != "" && l.Mode != ModeEnforce && l.Mode != ModeDryRun {
+			problems = append(problems, fmt.Sprintf("mode %q: must be %s or %s", l.Mode, ModeEnforce, ModeDryRun))
 		}
 		for _, p := range problems {
 			errs = append(errs, fmt.Errorf("%s: limit %q: %s", path, k, p))

@@ -130,7 +130,7 @@ func keyTable(w io.Writer, st report.Status) {
 		r := rows[k]
 		rate, burst, admitted, fleet := "-", "-", "-", "-"
 		if r.lim != nil {
-			rate, burst = Rate(r.lim.Rate)+"/s", strconv.Itoa(r.lim.Burst)
+			rate, burst = Rate(r.lim.Rate)+"/s"+dryRunMark(r.lim.DryRun), strconv.Itoa(r.lim.Burst)
 			admitted, fleet = observed(r.lim.Admitted10s), observed(r.lim.Granted10s)
 		}
 		pause, slots := "-", "-"
@@ -151,7 +151,15 @@ func keyTable(w io.Writer, st report.Status) {
 	if st.Granting {
 		fmt.Fprint(w, "; FLEET 10s: slots/s this leader granted to the whole fleet, leased slots included")
 	}
-	fmt.Fprintln(w, "; SLOTS: in use/cap)")
+	fmt.Fprintln(w, "; SLOTS: in use/cap; a rate marked (dry run) admits everything)")
+}
+
+// dryRunMark follows the rate of a limit in dry run.
+func dryRunMark(dryRun bool) string {
+	if dryRun {
+		return " (dry run)"
+	}
+	return ""
 }
 
 // orDash prints "-" for an empty s.
@@ -196,7 +204,7 @@ func Limits(w io.Writer, lims map[string]fsm.Limit) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tRATE\tBURST")
 	for _, k := range keys {
-		fmt.Fprintf(tw, "%s\t%s/s\t%d\n", k, Rate(lims[k].Rate), lims[k].Burst)
+		fmt.Fprintf(tw, "%s\t%s/s%s\t%d\n", k, Rate(lims[k].Rate), dryRunMark(lims[k].DryRun), lims[k].Burst)
 	}
 	tw.Flush()
 }
