@@ -16,7 +16,7 @@ import (
 // TestNode_DryRunAdmitsAndCounts: a template in dry run at 20/s, offered
 // ten times that from the leader and a follower, admits every event at once
 // and counts as dry_run_over what the limit had no slot for; its own grants
-// stay within the limit. Set again without dry run, the same load is held
+// stay within the limit, and each node gets a share of them. Set again without dry run, the same load is held
 // to the limit (refusals, no more dry-run counts): the twin that shows the
 // load would have been over.
 func TestNode_DryRunAdmitsAndCounts(t *testing.T) {
@@ -34,19 +34,23 @@ func TestNode_DryRunAdmitsAndCounts(t *testing.T) {
 			waitFor(t, 5*time.Second, func() bool { got, err := n.Limit(ctx, key); return err == nil && got == lim })
 		}
 	}
-	// counts sums the two nodes' outcomes of the template's row.
-	counts := func() map[string]uint64 {
-		sum := map[string]uint64{}
+	// counts sums the two nodes' outcomes of the template's row; granted
+	// is each node's own count of granted.
+	counts := func() (sum map[string]uint64, granted []uint64) {
+		sum = map[string]uint64{}
 		for _, n := range nodes {
+			var g uint64
 			for _, k := range n.Metrics().Keys {
 				if k.Key == tmpl {
 					for o, v := range k.Reservations {
 						sum[o] += v
 					}
+					g = k.Reservations[report.OutcomeGranted]
 				}
 			}
+			granted = append(granted, g)
 		}
-		return sum
+		return sum, granted
 	}
 	const phase = 2 * time.Second
 	// offer: two callers per node, one Reserve every 5 ms each (800/s in
@@ -87,8 +91,8 @@ func TestNode_DryRunAdmitsAndCounts(t *testing.T) {
 
 	set(dry)
 	attempts, admitted, refused, longest := offer(time.Second)
-	got := counts()
-	t.Logf("dry run: %d attempts, %d admitted, %d refused, longest wait %v; counted %v", attempts, admitted, refused, longest, got)
+	got, perNode := counts()
+	t.Logf("dry run: %d attempts, %d admitted, %d refused, longest wait %v; counted %v; granted per node (leader, follower) %v", attempts, admitted, refused, longest, got, perNode)
 	if attempts < 4*bound {
 		t.Fatalf("only %d attempts in %v: the load did not exceed the limit (bound %d)", attempts, phase, bound)
 	}
@@ -101,6 +105,13 @@ func TestNode_DryRunAdmitsAndCounts(t *testing.T) {
 	if g := int(got[report.OutcomeGranted]); g > bound {
 		t.Errorf("the limit itself granted %d in %v, more than %d", g, phase, bound)
 	}
+	// Each node offers half the load, so each should see about half the
+	// limit's slots: dry_run_over is read per node too.
+	for i, g := range perNode {
+		if int(g) < bound/5 {
+			t.Errorf("node %d had %d of the limit's %d slots: its callers, asking for a slot due now, got no share while the other node's leases kept the cursor ahead", i, g, got[report.OutcomeGranted])
+		}
+	}
 	over := got[report.OutcomeDryRun]
 	if int(got[report.OutcomeGranted]+over) != attempts || int(over) < attempts-bound {
 		t.Errorf("granted %d + dry_run_over %d, want %d attempts with at least %d over", got[report.OutcomeGranted], over, attempts, attempts-bound)
@@ -110,7 +121,7 @@ func TestNode_DryRunAdmitsAndCounts(t *testing.T) {
 	enforced.DryRun = false
 	set(enforced)
 	attempts, admitted, refused, _ = offer(0)
-	after := counts()
+	after, _ := counts()
 	t.Logf("enforced: %d attempts, %d admitted, %d refused; counted %v", attempts, admitted, refused, after)
 	if admitted > bound || refused == 0 {
 		t.Errorf("enforced, the same load: %d admitted (bound %d), %d refused", admitted, bound, refused)

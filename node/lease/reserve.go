@@ -89,6 +89,9 @@ func (c *Cache) Reserve(ctx context.Context, key string, maxWait time.Duration) 
 			// The fetch asked with someone's maximum wait; a caller
 			// willing to wait longer asks again with its own.
 			if le.Wait > time.Duration(remaining) {
+				if maxWait == 0 {
+					c.keepComing(kl, key)
+				}
 				return raftpace.Reservation{}, &raftpace.LimitExceededError{Key: key, Wait: le.Wait, MaxWait: maxWait}
 			}
 		case d.Retryable(f.err):
@@ -103,6 +106,22 @@ func (c *Cache) Reserve(ctx context.Context, key string, maxWait time.Duration) 
 		default:
 			return raftpace.Reservation{}, f.err
 		}
+	}
+}
+
+// keepComing starts a fetch that accepts slots up to half the horizon
+// ahead, once the leader refused callers that take only a slot due now
+// (a maxWait of 0; every caller of a limit in dry run). Without it such a
+// node never holds a lease while the other nodes' prefetches keep the
+// key's cursor ahead of now, and its callers get no share of the rate
+// (one of two nodes got none of 40 slots in TestNode_DryRunAdmitsAndCounts).
+// With it they take the slots as they fall due, like any other node's.
+func (c *Cache) keepComing(kl *keyLease, key string) {
+	kl.mu.Lock()
+	defer kl.mu.Unlock()
+	ahead := c.d.HorizonAhead / 2
+	if kl.fetch == nil && kl.queued < len(kl.q) && kl.covered(c.d.Now()) < int64(ahead) {
+		c.startFetch(kl, key, ahead)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/node/wire"
 )
 
@@ -21,6 +22,7 @@ type fakeNode struct {
 	late, leases, slots atomic.Uint64
 	wg                  sync.WaitGroup
 	fetches             atomic.Int32
+	lastWait            atomic.Int64 // the maxWait of the latest fetch
 	fetch               func(call int32) (wire.Lease, error)
 	fallback            atomic.Bool
 	epoch               time.Time
@@ -46,6 +48,7 @@ func newFake(t *testing.T, horizon time.Duration, fetch func(call int32) (wire.L
 		BackoffMin:   time.Millisecond,
 		BackoffMax:   50 * time.Millisecond,
 		Fetch: func(ctx context.Context, key string, want int, maxWait time.Duration) (wire.Lease, error) {
+			f.lastWait.Store(int64(maxWait))
 			return f.fetch(f.fetches.Add(1))
 		},
 		Retryable:  func(err error) bool { return errors.Is(err, wire.ErrRetry) },
@@ -80,6 +83,53 @@ func TestCache_PrefetchOnlyWhenItCanSucceed(t *testing.T) {
 			f.wg.Wait()
 			if got := f.fetches.Load(); got != tc.fetches {
 				t.Errorf("%d fetches, want %d", got, tc.fetches)
+			}
+		})
+	}
+}
+
+// A caller that takes only a slot due now (maxWait 0) and is refused
+// leaves a fetch behind that accepts slots half the horizon ahead, so the
+// next such caller finds one due; a caller that would wait is refused
+// without one (it asked with its own wait already).
+func TestCache_RefusedNowKeepsALeaseComing(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	for _, tc := range []struct {
+		name    string
+		maxWait time.Duration
+		fetches int32
+	}{
+		{"maxWait 0: a lease keeps coming", 0, 2},
+		{"maxWait 100ms: nothing more", 100 * time.Millisecond, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, c := newFake(t, time.Second, func(call int32) (wire.Lease, error) {
+				if call == 1 {
+					return wire.Lease{}, &raftpace.LimitExceededError{Key: "k", Wait: 300 * time.Millisecond}
+				}
+				return wire.Lease{Base: 300 * ms, Spacing: 100 * ms, Count: 2}, nil
+			})
+			_, err := c.Reserve(context.Background(), "k", tc.maxWait)
+			if !errors.Is(err, raftpace.ErrLimitExceeded) {
+				t.Fatalf("the leader refused: %v, want ErrLimitExceeded", err)
+			}
+			f.wg.Wait()
+			if got := f.fetches.Load(); got != tc.fetches {
+				t.Fatalf("%d fetches, want %d", got, tc.fetches)
+			}
+			if tc.fetches == 1 {
+				return
+			}
+			if got := time.Duration(f.lastWait.Load()); got != 500*time.Millisecond {
+				t.Errorf("the fetch left behind accepts %v, want half the horizon, 500ms", got)
+			}
+			f.clock.Store(300 * ms)
+			r, err := c.Reserve(context.Background(), "k", 0)
+			if err != nil {
+				t.Fatalf("at the lease's first slot, maxWait 0: %v", err)
+			}
+			if want := f.epoch.Add(300 * time.Millisecond); !r.At.Equal(want) {
+				t.Errorf("At %v, want %v", r.At.Sub(f.epoch), want.Sub(f.epoch))
 			}
 		})
 	}
