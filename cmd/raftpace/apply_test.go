@@ -14,19 +14,7 @@ import (
 // has nothing to do, a file with a mistake sets nothing, and a thousand
 // keys go in one command.
 func TestBinary_LimitApply(t *testing.T) {
-	bin := buildBinary(t)
-	a := startBinAgent(t, bin, t.TempDir())
-	if a.info.HTTPAddr == "" {
-		t.Fatalf("agent did not start:\n%s", a.stderr)
-	}
-	run := func(wantCode int, args ...string) (stdout, stderr string) {
-		t.Helper()
-		stdout, stderr, code := runBinary(t, bin, append(args, "--addr", a.info.HTTPAddr)...)
-		if code != wantCode {
-			t.Fatalf("raftpace %q: exit %d, want %d:\n%s%s", args, code, wantCode, stdout, stderr)
-		}
-		return stdout, stderr
-	}
+	run := operatorAgainstAgent(t)
 	file := func(doc string) string {
 		p := filepath.Join(t.TempDir(), "policy.json")
 		if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
@@ -98,19 +86,7 @@ func TestBinary_LimitApply(t *testing.T) {
 // so, get, list and --json show it, a policy file's mode moves it to
 // enforce (and shows the change), and a mistyped mode sets nothing.
 func TestBinary_LimitDryRun(t *testing.T) {
-	bin := buildBinary(t)
-	a := startBinAgent(t, bin, t.TempDir())
-	if a.info.HTTPAddr == "" {
-		t.Fatalf("agent did not start:\n%s", a.stderr)
-	}
-	run := func(wantCode int, args ...string) (stdout, stderr string) {
-		t.Helper()
-		stdout, stderr, code := runBinary(t, bin, append(args, "--addr", a.info.HTTPAddr)...)
-		if code != wantCode {
-			t.Fatalf("raftpace %q: exit %d, want %d:\n%s%s", args, code, wantCode, stdout, stderr)
-		}
-		return stdout, stderr
-	}
+	run := operatorAgainstAgent(t)
 	if out, _ := run(0, "limit", "set", "d", "--rate", "2", "--mode", "dry-run"); out != "d: rate 2/s, burst 1, dry run: admits everything, counts what it would hold back\n" {
 		t.Errorf("limit set --mode dry-run:\n%s", out)
 	}
@@ -144,5 +120,24 @@ func TestBinary_LimitDryRun(t *testing.T) {
 	}
 	if _, errOut := run(2, "limit", "apply", p); !strings.Contains(errOut, `limit "d": mode "observe": must be enforce or dry-run`) {
 		t.Errorf("a bad mode in a policy file:\n%s", errOut)
+	}
+}
+
+// operatorAgainstAgent starts the built binary as an agent and returns a
+// function that runs an operator command of the binary against it
+// (--addr added), failing the test unless it exits wantCode.
+func operatorAgainstAgent(t *testing.T) func(wantCode int, args ...string) (stdout, stderr string) {
+	bin := buildBinary(t)
+	a := startBinAgent(t, bin, t.TempDir())
+	if a.info.HTTPAddr == "" {
+		t.Fatalf("agent did not start:\n%s", a.stderr)
+	}
+	return func(wantCode int, args ...string) (stdout, stderr string) {
+		t.Helper()
+		stdout, stderr, code := runBinary(t, bin, append(args, "--addr", a.info.HTTPAddr)...)
+		if code != wantCode {
+			t.Fatalf("raftpace %q: exit %d, want %d:\n%s%s", args, code, wantCode, stdout, stderr)
+		}
+		return stdout, stderr
 	}
 }
