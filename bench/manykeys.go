@@ -16,10 +16,24 @@ import (
 
 // ---- many slow keys ---------------------------------------------------------
 
-// manyKeysLimit is every key's limit in the many-slow-keys group: slow
-// enough that a key's slots are seconds apart, so what is measured is
-// whether every key gets its share of leases, not how fast they come.
-var manyKeysLimit = client.Limit{Rate: 2, Burst: 1}
+// defaultKeyRate is every key's rate in the many-slow-keys group (burst
+// 1): slow enough that a key's slots are seconds apart, so what is
+// measured is whether every key gets its share of leases, not how fast
+// they come. Config.KeyRate changes it.
+const defaultKeyRate = 2
+
+// manyKeysTemplate is the template that gives the keys k0, k1, ... their
+// limit when Config.KeysTemplate is set.
+const manyKeysTemplate = "k*"
+
+// manyKeysLimit is every key's limit in this run.
+func (r *runner) manyKeysLimit() client.Limit {
+	rate := r.cfg.KeyRate
+	if rate <= 0 {
+		rate = defaultKeyRate
+	}
+	return client.Limit{Rate: rate, Burst: 1}
+}
 
 // manyKeysNames returns the n keys of a many-slow-keys run: k0, k1, ...
 func manyKeysNames(n int) []string {
@@ -64,7 +78,11 @@ func manyKeysArgs(keys []string, policy string, d time.Duration) []string {
 // closed-loop worker on each of n keys at manyKeysLimit, waits for the
 // loads to end and checks each key's merged timeline.
 func (r *runner) manyKeys(n int) step {
-	label := fmt.Sprintf("raftpace, %s keys at %s/s each, %d processes", report.FormatRate(float64(n)), report.FormatRate(manyKeysLimit.Rate), ceilingProcs)
+	lim := r.manyKeysLimit()
+	label := fmt.Sprintf("raftpace, %s keys at %s/s each, %d processes", report.FormatRate(float64(n)), report.FormatRate(lim.Rate), ceilingProcs)
+	if r.cfg.KeysTemplate {
+		label += ", limits by the template " + manyKeysTemplate
+	}
 	return step{label: label, run: func(ctx context.Context) (string, error) {
 		dir := filepath.Join(r.dir, fmt.Sprintf("raftpace-keys-%d", n))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -72,7 +90,11 @@ func (r *runner) manyKeys(n int) step {
 		}
 		keys := manyKeysNames(n)
 		policy := filepath.Join(dir, "policy.json")
-		if err := writeKeysPolicy(policy, keys, manyKeysLimit); err != nil {
+		limited := keys
+		if r.cfg.KeysTemplate {
+			limited = []string{manyKeysTemplate}
+		}
+		if err := writeKeysPolicy(policy, limited, lim); err != nil {
 			return "", err
 		}
 		d := r.plan.manyKeysDur
@@ -102,7 +124,8 @@ func (r *runner) manyKeys(n int) step {
 		if err != nil {
 			return "", err
 		}
-		res := analyzeManyKeys(events, keys, manyKeysLimit, reps)
+		res := analyzeManyKeys(events, keys, lim, reps)
+		res.Template = r.cfg.KeysTemplate
 		res.Processes = len(c.agents)
 		r.rep.ManyKeys = append(r.rep.ManyKeys, res)
 		return res.Summary(), nil

@@ -66,6 +66,12 @@ type Config struct {
 	// Keys are the key counts of the many-slow-keys group (each at most
 	// MaxKeys); nil means 10, 100 and 1,000 (a quick run: 100).
 	Keys []int
+	// KeyRate is each key's rate in the many-slow-keys group (burst 1); 0
+	// means 2/s.
+	KeyRate float64
+	// KeysTemplate gives the keys their limit by one template ("k*")
+	// instead of one limit per key.
+	KeysTemplate bool
 	// WorkDir holds data dirs, logs, timelines and reports; "" uses a new
 	// temporary directory, removed at the end unless the run failed or
 	// Keep is set.

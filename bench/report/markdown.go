@@ -231,7 +231,11 @@ func (r *Report) manyKeysTable(b *strings.Builder) {
 	rows := slices.Clone(r.ManyKeys)
 	slices.SortStableFunc(rows, func(x, y *ManyKeysResult) int { return x.Keys - y.Keys })
 	m := rows[0]
-	fmt.Fprintf(b, "## Many slow keys (%s/s, burst %d, one worker per key per agent, %d agents)\n\n", FormatRate(m.Rate), m.Burst, m.Processes)
+	how := ""
+	if m.Template {
+		how = ", limits by one template"
+	}
+	fmt.Fprintf(b, "## Many slow keys (%s/s, burst %d%s, one worker per key per agent, %d agents)\n\n", FormatRate(m.Rate), m.Burst, how, m.Processes)
 	b.WriteString("| keys | admitted (aggregate) | worst key | keys admitting nothing | windows over |\n|---|---|---|---|---|\n")
 	var secs []string
 	for _, m := range rows {

@@ -147,6 +147,7 @@ type ManyKeysResult struct {
 	Rate      float64 `json:"rate_per_key"`
 	Burst     int     `json:"burst"`
 	Processes int     `json:"processes"`
+	Template  bool    `json:"template,omitempty"` // the keys' limits came from one template
 
 	Events      int     `json:"steady_events"` // admitted in the steady interval, all keys
 	Seconds     float64 `json:"steady_seconds"`

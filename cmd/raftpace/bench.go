@@ -67,6 +67,8 @@ func (c *cli) bench(name string, args []string) error {
 	pyBench := f.String("python-bench", "", "`FILE` clients/python/bench.py for --only python (default: found from the working directory)")
 	ceilings := f.String("ceilings", "", "measure these ceilings, `LIST` of events/s (default 7,1000,100000; --quick: 1000)")
 	keys := f.String("keys", "", "many slow keys: measure these key counts, `LIST` (default 10,100,1000; --quick: 100)")
+	keyRate := f.String("key-rate", "2", "many slow keys: each key's rate, `R` events/s (burst 1)")
+	keysTemplate := f.Bool("keys-template", false, "many slow keys: give the keys their limit by one template (k*), not one limit each")
 	keep := f.Bool("keep", false, "keep the working directory (agents' logs, timelines, load reports)")
 	printBaselines := f.Bool("print-baselines", false, "print the Postgres statement and the Redis script the baselines run, as JSON, and exit\n(clients/python/bench.py runs the same ones)")
 	pos, err := c.parse(f, args)
@@ -111,6 +113,10 @@ func (c *cli) bench(name string, args []string) error {
 		}
 		counts = append(counts, k)
 	}
+	kr, err := f.Rate(*keyRate)
+	if err != nil {
+		return err
+	}
 	bin, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("bench: finding the raftpace executable: %w", err)
@@ -129,6 +135,8 @@ func (c *cli) bench(name string, args []string) error {
 		PythonBench:   *pyBench,
 		Ceilings:      rates,
 		Keys:          counts,
+		KeyRate:       kr,
+		KeysTemplate:  *keysTemplate,
 		Keep:          *keep,
 		Progress:      c.stderr,
 	})
