@@ -236,10 +236,12 @@ func TestPool_LeaveWaitsForReservationsInFlight(t *testing.T) {
 	ctx := ctxT(t)
 	must(t, stores[0].JoinPool(ctx, "leaver", 0.5, time.Minute))
 	must(t, stores[0].JoinPool(ctx, "stayer", 0.5, time.Minute))
-	// F = 1: 5ms apart; after the leave F = 0.5: 10ms apart. Demand is
-	// higher than either, so the cursor runs ahead of now.
-	lim := fsm.Limit{Rate: 200, Burst: 1}
-	const after1 = 10000 // µs between starts once the leaver is gone
+	// F = 1: 20ms apart; after the leave F = 0.5: 40ms apart. Demand is
+	// higher than either, so the cursor runs ahead of now (at 200/s a
+	// loaded run's four callers did not keep up, and LeavePool found
+	// nothing in flight).
+	lim := fsm.Limit{Rate: 50, Burst: 1}
+	const after1 = 40000 // µs between starts once the leaver is gone
 
 	var mu sync.Mutex
 	var starts []int64 // slot starts, µs since the epoch on Postgres's clock
@@ -270,11 +272,34 @@ func TestPool_LeaveWaitsForReservationsInFlight(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(150 * time.Millisecond)
+	// count returns the slots so far and how many start after us (µs).
+	count := func(us int64) (all, later int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range starts {
+			if s > us {
+				later++
+			}
+		}
+		return len(starts), later
+	}
+	// Leave once the cursor is ahead of now: slots are in flight.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		time.Sleep(50 * time.Millisecond)
+		if all, ahead := count(pgNowUS(t, stores[1])); all >= 5 && ahead > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	busy, err := stores[1].LeavePool(ctx, "leaver")
 	after := pgNowUS(t, stores[1]) // taken after LeavePool returned
 	must(t, err)
-	time.Sleep(200 * time.Millisecond)
+	// Go on until a few slots start after the busy end.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		time.Sleep(50 * time.Millisecond)
+		if _, later := count(after + busy.Microseconds()); later >= 5 || time.Now().After(deadline) {
+			break
+		}
+	}
 	close(stop)
 	wg.Wait()
 	if t.Failed() {
