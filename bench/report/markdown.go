@@ -101,14 +101,15 @@ const legend = `## Legend
   admitted (the callers were busy, or the wait would pass the maximum);
   **late**: grants dropped because they could not be used by then (an
   answer that took longer than 50 ms, or a caller woken too late).
-- **Many slow keys** (raftpace only): every key at 2/s, burst 1, each of
-  3 agents with one closed-loop worker per key. **admitted** is over one
-  steady interval for all keys (from 1 s after the last key's load started
-  to when the first stopped) as % of keys x 2/s; **worst key** the key
-  that admitted least; **windows over** the window lengths over the bound,
-  summed over keys. One event is 1/(2 x seconds) of a key's count (3.6% in
-  14 s), and keys whose loads start together run in step: with few keys
-  the aggregate can be up to one event per key low with every key paced
+- **Many slow keys** (raftpace only): every key at the rate its table
+  names (2/s unless --key-rate), burst 1, each of 3 agents with one
+  closed-loop worker per key. **admitted** is over one steady interval for
+  all keys (from 1 s after the last key's load started to when the first
+  stopped) as % of keys x rate; **worst key** the key that admitted least;
+  **windows over** the window lengths over the bound, summed over keys.
+  One event is 1/(rate x seconds) of a key's count (3.6% at 2/s in 14 s),
+  and keys whose loads start together run in step: with few keys the
+  aggregate can be up to one event per key low with every key paced
   exactly.
 `
 

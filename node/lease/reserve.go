@@ -147,6 +147,9 @@ func (c *Cache) startFetch(kl *keyLease, key string, maxWait time.Duration) *lea
 		from := sent + min(l.Held, arrived-sent)
 		if err == nil && arrived-from > int64(d.UseGrace) {
 			// Every slot's use-by passed in transit: drop the lease.
+			// Whatever a slot's offset: it is placed from the arrival
+			// and used by from + offset + UseGrace, a window that is
+			// empty once the transit passes UseGrace.
 			d.Count.LateGrants.Add(1)
 			d.Log.Warn("lease arrived too late to use; asking again", "key", key, "round_trip", time.Duration(arrived-sent), "held_by_leader", time.Duration(l.Held))
 			err = fmt.Errorf("%w: lease arrived after %v", wire.ErrRetry, time.Duration(arrived-sent))
