@@ -109,6 +109,7 @@ type keyView struct {
 	HasLimit                  bool
 	Rate, Burst               string // machine-readable
 	RateText                  string
+	DryRun                    bool   // the limit admits everything (data-dry-run)
 	Admitted10s, Granted10s   string // machine-readable
 	AdmittedText, GrantedText string
 	Paused                    bool
@@ -191,6 +192,9 @@ func build(st report.Status, hist []report.KeyHistory, now time.Time) view {
 		kv := get(l.Key)
 		kv.HasLimit = true
 		kv.Rate, kv.Burst, kv.RateText = num(l.Rate), strconv.Itoa(l.Burst), rateText(l.Rate)
+		if l.DryRun {
+			kv.DryRun, kv.RateText = true, kv.RateText+" (dry run)"
+		}
 		kv.Admitted10s, kv.AdmittedText = num(l.Admitted10s), rateText(l.Admitted10s)
 		kv.Granted10s, kv.GrantedText = num(l.Granted10s), rateText(l.Granted10s)
 		lims[l.Key] = l

@@ -71,6 +71,7 @@ func leaderStatus() report.Status {
 		Limits: []report.LimitStatus{
 			{Key: "img", Rate: 20, Burst: 2, Admitted10s: 6.5, Granted10s: 13.3},
 			{Key: `a<b>&"c`, Rate: 0.5, Burst: 1},
+			{Key: "new", Rate: 5, Burst: 1, DryRun: true},
 		},
 		Pauses: []report.PauseStatus{{Key: "img", Remaining: 1500 * time.Millisecond}},
 		Caps:   []report.CapStatus{{Key: "llm", Max: 4, InUse: 3}},
@@ -101,6 +102,7 @@ func TestPage_Leader(t *testing.T) {
 		`data-key="llm" data-slots-in-use="3" data-slots-max="4"`,
 		`Granted (10 s, fleet-wide)`,
 		`data-key="a&lt;b&gt;&amp;&#34;c" data-rate="0.5"`, // escaped, never markup
+		`data-key="new" data-rate="5" data-dry-run="true">5/s (dry run)<`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %s", want)
