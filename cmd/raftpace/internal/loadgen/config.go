@@ -53,17 +53,39 @@ type Config struct {
 }
 
 // Options returns the load's options. With a Report and a Duration, the
-// report is rewritten each time a key's load ends, so that a benchmark can
-// read a key's figures while the process runs on; failures go to log.
+// report is rewritten when a key's load ends, so that a benchmark can read
+// a key's figures while the process runs on; failures go to log. Keys that
+// end while the report is being written are written together by the next
+// write: one write per key made a thousand keys that ended together wait
+// for a thousand writes of the whole report, one after another (an agent
+// of the many-keys bench was still writing 15 s after SIGTERM).
 func (c Config) Options(grace time.Duration, nodeID string, log *slog.Logger) Options {
 	o := Options{Rate: c.Rate, MaxWait: c.MaxWait, Duration: c.Duration, Grace: grace}
 	if c.Report != "" && c.Duration > 0 {
-		var mu sync.Mutex
+		var (
+			mu               sync.Mutex
+			writing, pending bool
+		)
 		o.KeyDone = func(r *Run) {
 			mu.Lock()
-			defer mu.Unlock()
-			if err := c.WriteReport(r, nodeID); err != nil {
-				log.Error("writing the load report", "err", err)
+			if writing {
+				pending = true // the writer writes again, with this key
+				mu.Unlock()
+				return
+			}
+			writing = true
+			for {
+				pending = false
+				mu.Unlock()
+				if err := c.WriteReport(r, nodeID); err != nil {
+					log.Error("writing the load report", "err", err)
+				}
+				mu.Lock()
+				if !pending {
+					writing = false
+					mu.Unlock()
+					return
+				}
 			}
 		}
 	}
