@@ -42,23 +42,22 @@ func (n *Node) newLeases() *lease.Cache {
 	})
 }
 
-// fetchLease asks the leader (itself, or over RPC) for up to want slots.
+// fetchLease asks the leader (itself, or over RPC through n.leaseWire) for up to want slots.
 func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait time.Duration) (wire.Lease, error) {
 	l, err := n.pacer.Lease(ctx, n.ctx.Done(), key, n.cfg.NodeID, want, maxWait)
 	if !errors.Is(err, wire.ErrNotLeader) {
 		return l, err
 	}
-	what := fmt.Sprintf("lease %q", key)
-	var resp wire.LeaseResp
-	err = n.callLeaderWithin(ctx, what, wire.MethodLease, wire.LeaseReq{Key: key, Holder: n.cfg.NodeID, Count: want, MaxWait: maxWait}.Encode(), maxWait, func(raw []byte) (err error) {
-		resp, err = wire.DecodeLeaseResp(raw)
-		return err
+	return n.leaseWire.Send(ctx, key, maxWait, func() (wire.Lease, error) {
+		what := fmt.Sprintf("lease %q", key)
+		var resp wire.LeaseResp
+		err := n.callLeaderWithin(ctx, what, wire.MethodLease, wire.LeaseReq{Key: key, Holder: n.cfg.NodeID, Count: want, MaxWait: maxWait}.Encode(), maxWait, func(raw []byte) (err error) {
+			resp, err = wire.DecodeLeaseResp(raw)
+			return err
+		})
+		if err == nil {
+			err = n.grantErr(what, key, resp.Code, resp.Wait, maxWait, resp.Msg)
+		}
+		return resp.Lease, err
 	})
-	if err == nil {
-		err = n.grantErr(what, key, resp.Code, resp.Wait, maxWait, resp.Msg)
-	}
-	if err != nil {
-		return wire.Lease{}, err
-	}
-	return resp.Lease, nil
 }

@@ -39,12 +39,13 @@ type Node struct {
 	log   *slog.Logger
 	epoch time.Time
 
-	state    *fsm.State
-	fsm      *apply.Adapter // the raft.FSM (package node/apply)
-	pacer    *pacer.Pacer
-	leases   *lease.Cache // the lease cache (package node/lease)
-	shares   *shares.Shares
-	fallback *fallback.Fallback
+	state     *fsm.State
+	fsm       *apply.Adapter // the raft.FSM (package node/apply)
+	pacer     *pacer.Pacer
+	leases    *lease.Cache    // the lease cache (package node/lease)
+	leaseWire *lease.InFlight // fetchLease's requests on the wire
+	shares    *shares.Shares
+	fallback  *fallback.Fallback
 	// memberWrites serialises the leader's writers of the replicated member
 	// list (balanceFractions here; syncMembers, forgetReleased and
 	// departSelf in package membership, which is given this lock).
@@ -155,7 +156,7 @@ func (n *Node) start() error {
 	n.fsm = apply.New(n.state, n.now, &n.appliedPauses)
 	n.pacer = pacer.New(n.now, cfg.HorizonAhead, cfg.LeaseSpan, n.fsm.Horizon, n.state.Limit)
 	n.pacer.Granted = func(key string, count int) { n.grantedHist.Add(n.state.LimitKey(key), count, time.Now()) }
-	n.leases = n.newLeases()
+	n.leases, n.leaseWire = n.newLeases(), lease.NewInFlight(lease.MaxInFlight)
 	n.shares = shares.New(n.now, cfg.ShareTTL)
 	n.pacer.Shares = n.shares
 	n.fallback = n.newFallback()

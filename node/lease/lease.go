@@ -17,7 +17,9 @@
 // every slot taken would be one at that edge. A lease whose
 // every slot's use-by passed in transit is dropped and asked for again. A
 // reservation consumes nothing when its slot is further away than the
-// caller's maximum wait.
+// caller's maximum wait. A node has at most MaxInFlight lease requests on
+// the wire (InFlight): one waiting for its turn has not been sent, and the
+// wait is counted as the leader's hold, not as transit.
 //
 // Size: a lease starts at one slot; when a lease leaves the queue the next
 // request asks for twice as many if every slot was served, and for what was
