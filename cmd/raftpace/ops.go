@@ -254,7 +254,7 @@ func (c *cli) limitSet(args []string) error {
 	o := addAdminFlags(f)
 	rate := f.String("rate", "", "events per second across the cluster, 1/1800 <= `R` <= 1e9 (required)")
 	burst := f.String("burst", "1", "events allowed at once after a quiet spell, `B` >= 1")
-	mode := f.String("mode", "enforce", "`enforce` the limit, or dry-run: admit everything and count what it would hold back")
+	mode := f.String("mode", "enforce", "`MODE`: enforce (hold events to the limit) or dry-run (admit everything,\ncount what it would hold back)")
 	pos, err := c.parse(f, args)
 	if err != nil {
 		return err
