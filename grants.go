@@ -24,3 +24,13 @@ type Slot struct {
 	Keys     []string
 	Deadline time.Time
 }
+
+// Want is one key of a reservation over several keys (ReserveAll): Count
+// events of Key.
+type Want struct {
+	Key   string
+	Count int
+}
+
+// MaxWants is the most keys one reservation may name.
+const MaxWants = 16

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node/fallback"
 )
 
@@ -59,9 +58,7 @@ func (n *Node) newFallback() *fallback.Fallback {
 			LeaveBusy: func(ctx context.Context, id string) (time.Duration, error) {
 				return n.pg.LeavePoolBusy(ctx, id)
 			},
-			Reserve: func(ctx context.Context, key string, lim fsm.Limit, count int, maxWait time.Duration) (time.Duration, error) {
-				return n.pg.ReservePooled(ctx, key, lim, count, maxWait)
-			},
+			Reserve:   n.pg.ReservePooled,
 			Heartbeat: func(ctx context.Context, id string) (bool, error) { return n.pg.Heartbeat(ctx, id) },
 		}
 	}

@@ -54,38 +54,50 @@ func (n *Node) keyCountsSnapshot() []report.KeyCounts {
 	return out
 }
 
-// reserved records the outcome of one Reserve call that began at begin:
+// reserved records the outcome of one reservation that began at begin (on
+// each of its keys, and once in the node-wide counters):
 // the per-key counters, the node's Stats and the admitted history. It is
 // the one place a reservation's outcome is counted. It reports whether a
 // limit in dry run admits the reservation although err says it had no
 // slot now (over).
-func (n *Node) reserved(key string, count int, begin time.Time, r raftpace.Reservation, err error, dryRun bool) (over bool) {
+func (n *Node) reserved(wants []raftpace.Want, begin time.Time, r raftpace.Reservation, err error, dryRun bool) (over bool) {
 	over = dryRun && wouldWait(err)
-	key = n.state.LimitKey(key) // a template's keys are one row: bounded
-	c := n.keyCounts.Get(key)
 	var pe *raftpace.PausedError
+	now := time.Now()
+	for _, w := range wants {
+		key := n.state.LimitKey(w.Key) // a template's keys are one row: bounded
+		c := n.keyCounts.Get(key)
+		switch {
+		case over:
+			c.DryRun.Add(1)
+			c.Events.Add(uint64(w.Count))
+			n.admittedHist.Add(key, w.Count, now)
+		case err == nil:
+			c.Granted.Add(1)
+			c.Events.Add(uint64(w.Count))
+			n.admittedHist.Add(key, w.Count, now)
+		case errors.As(err, &pe): // before raftpace.ErrLimitExceeded, which it also matches
+			c.Paused.Add(1)
+		case errors.Is(err, raftpace.ErrLimitExceeded):
+			c.Refused.Add(1)
+		case errors.Is(err, raftpace.ErrUnknownKey):
+			c.Unknown.Add(1)
+		default:
+			c.Failed.Add(1)
+		}
+	}
+	// The node's own counters count reservations, whatever their keys.
 	switch {
 	case over:
-		c.DryRun.Add(1)
-		c.Events.Add(uint64(count))
-		n.admittedHist.Add(key, count, time.Now())
 	case err == nil:
-		c.Granted.Add(1)
-		c.Events.Add(uint64(count))
 		n.stats.granted.Add(1)
-		n.admittedHist.Add(key, count, time.Now())
 		n.waitHist.Observe(max(0, r.At.Sub(begin)))
-	case errors.As(err, &pe): // before raftpace.ErrLimitExceeded, which it also matches
-		c.Paused.Add(1)
+	case errors.As(err, &pe):
 		n.stats.pausedRefusals.Add(1)
 	case errors.Is(err, raftpace.ErrLimitExceeded):
-		c.Refused.Add(1)
 		n.stats.refused.Add(1)
 	case errors.Is(err, raftpace.ErrUnknownKey):
-		c.Unknown.Add(1)
 		n.stats.unknown.Add(1)
-	default:
-		c.Failed.Add(1)
 	}
 	return over
 }

@@ -7,60 +7,90 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace"
-	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node/lease"
 	"github.com/raftpace/raftpace/node/wire"
 )
 
-// Reserve asks for count events of key. If the wait would exceed maxWait it
-// consumes nothing and returns a *LimitExceededError. It works on any node.
-// Single events are served from the node's leases (runs of slots the leader
-// granted ahead of need, see package node/lease) unless DisableLeases is
-// set; larger counts, and every request with leases disabled, go to the
-// leader one by one (forwarded by a follower), retried within maxWait when
-// a grant arrives too late to be used within UseGrace.
+// Reserve asks for count events of key: ReserveAll of one key.
+func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (raftpace.Reservation, error) {
+	return n.ReserveAll(ctx, []raftpace.Want{{Key: key, Count: count}}, maxWait)
+}
+
+// ReserveAll asks for the events of every want at one instant that
+// satisfies each key's limit, or consumes none: if the wait would exceed
+// maxWait it returns a *LimitExceededError naming the key that set it. It
+// works on any node. A single event of one key is served from the node's
+// leases (runs of slots the leader granted ahead of need, see package
+// node/lease) unless DisableLeases is set; every other request, and
+// every request with leases disabled, is one grant of the leader's
+// pacer (forwarded by a follower: one round trip for all its keys),
+// retried within maxWait when it arrives too late to be used within
+// UseGrace.
 //
-// A limit in dry run (fsm.Limit.DryRun) is asked for a slot now; the event
-// goes at once whatever it answers (report.OutcomeDryRun counts those it
-// had none for). The refusal gate holds such a key as any other.
-func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (r raftpace.Reservation, err error) {
-	if err := fsm.ValidateEventKey(key); err != nil {
+// A limit in dry run (fsm.Limit.DryRun) is asked for a slot now, after the
+// enforced keys were granted; the event goes whatever it answers
+// (report.OutcomeDryRun counts those it had none for). The refusal gate
+// holds such a key as any other.
+func (n *Node) ReserveAll(ctx context.Context, wants []raftpace.Want, maxWait time.Duration) (raftpace.Reservation, error) {
+	if err := wire.CheckWants(wants); err != nil {
 		return raftpace.Reservation{}, fmt.Errorf("node: reserve: %w: %w", raftpace.ErrInvalidRequest, err)
 	}
-	if count < 1 {
-		return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: count %d must be at least 1", key, raftpace.ErrInvalidRequest, count)
-	}
-	if maxWait < 0 {
-		maxWait = 0
-	}
+	maxWait = max(maxWait, 0)
 	begin := time.Now()
 	deadline := begin.Add(maxWait)
-	lim, _ := n.state.Limit(key)
-	limitDeadline := deadline // what the limit may wait for: a dry run asks for a slot now
-	if lim.DryRun {
-		limitDeadline = begin
-	}
-	defer func() {
-		if n.reserved(key, count, begin, r, err, lim.DryRun) { // admitted by the dry run
-			r, err = raftpace.Reservation{At: time.Now(), UseBy: time.Now().Add(n.cfg.UseGrace)}, nil
+	var enforced, dry []raftpace.Want
+	for _, w := range wants {
+		if lim, _ := n.state.Limit(w.Key); lim.DryRun {
+			dry = append(dry, w)
+		} else {
+			enforced = append(enforced, w)
 		}
-	}()
+	}
+	r := raftpace.Reservation{At: begin, UseBy: begin.Add(n.cfg.UseGrace)}
+	if len(enforced) > 0 {
+		var err error
+		r, err = n.admit(ctx, enforced, deadline, deadline)
+		n.reserved(enforced, begin, r, err, false)
+		if err != nil {
+			return raftpace.Reservation{}, err
+		}
+	}
+	for _, w := range dry { // each key its own count: a dry run measures its key alone
+		one := []raftpace.Want{w}
+		dr, err := n.admit(ctx, one, deadline, begin)
+		if !n.reserved(one, begin, dr, err, true) && err != nil {
+			return raftpace.Reservation{}, err // paused, closed: not the limit's answer
+		}
+		if len(enforced) == 0 { // admitted now, whatever the limit said
+			now := time.Now()
+			r = raftpace.Reservation{At: now, UseBy: now.Add(n.cfg.UseGrace)}
+		}
+	}
+	return r, nil
+}
+
+// admit serves wants through the refusal gate (waiting out pauses until
+// gateBy) and then the member's mode: its fallback, or the leader (waiting
+// for the limits' slots until limitBy).
+func (n *Node) admit(ctx context.Context, wants []raftpace.Want, gateBy, limitBy time.Time) (raftpace.Reservation, error) {
 	for {
 		if n.closed() {
 			return raftpace.Reservation{}, raftpace.ErrClosed
 		}
 		if n.departing.Load() {
-			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w (leaving the cluster)", key, raftpace.ErrClosed)
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %s: %w (leaving the cluster)", wire.KeysOf(wants), raftpace.ErrClosed)
 		}
-		if err := n.gate.Wait(ctx, key, max(0, time.Until(deadline))); err != nil {
-			return raftpace.Reservation{}, err
+		for _, w := range wants {
+			if err := n.gate.Wait(ctx, w.Key, max(0, time.Until(gateBy))); err != nil {
+				return raftpace.Reservation{}, err
+			}
 		}
 		if n.fallback.Current() != ModeRaft {
-			r, err := n.fallback.Reserve(key, count, time.Until(limitDeadline))
+			r, err := n.fallback.ReserveAll(wants, time.Until(limitBy))
 			switch {
 			case errors.Is(err, errPoolPending):
 				if err := sleepCtx(ctx, n.ctx, 20*time.Millisecond); err != nil {
-					return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w", key, err)
+					return raftpace.Reservation{}, fmt.Errorf("node: reserve %s: %w", wire.KeysOf(wants), err)
 				}
 				continue
 			case !errors.Is(err, wire.ErrNotLeader):
@@ -70,7 +100,7 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 				return r, err
 			}
 		}
-		r, err := n.reserveRaft(ctx, key, count, max(0, time.Until(limitDeadline)))
+		r, err := n.reserveRaft(ctx, wants, max(0, time.Until(limitBy)))
 		if errors.Is(err, lease.ErrModeChanged) || errors.Is(err, errLeaderPaused) {
 			continue // dispatch again: the node fell back, or the gate now holds the pause
 		}
@@ -94,10 +124,11 @@ func (n *Node) inFallback() bool {
 
 // reserveRaft serves a reservation through the leader: from the node's
 // leases, or one request per reservation.
-func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait time.Duration) (raftpace.Reservation, error) {
-	if count == 1 && !n.cfg.DisableLeases {
-		return n.leases.Reserve(ctx, key, maxWait)
+func (n *Node) reserveRaft(ctx context.Context, wants []raftpace.Want, maxWait time.Duration) (raftpace.Reservation, error) {
+	if len(wants) == 1 && wants[0].Count == 1 && !n.cfg.DisableLeases {
+		return n.leases.Reserve(ctx, wants[0].Key, maxWait)
 	}
+	what := wire.KeysOf(wants)
 	begin := time.Now()
 	backoff := retryBackoffMin
 	var lastErr error
@@ -115,13 +146,13 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 		if remaining < 0 {
 			// Retries (no leader, leader change, late grants) used up the
 			// caller's maximum wait: say why, not "limit exceeded".
-			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w within max wait %v: %w", key, raftpace.ErrNoLeader, maxWait, lastErr)
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %s: %w within max wait %v: %w", what, raftpace.ErrNoLeader, maxWait, lastErr)
 		}
 		sent := time.Now()
-		wait, held, err := n.pacer.Reserve(ctx, n.ctx.Done(), key, count, remaining)
+		wait, held, err := n.pacer.ReserveAll(ctx, n.ctx.Done(), wants, remaining)
 		if errors.Is(err, wire.ErrNotLeader) {
 			sent = time.Now()
-			wait, held, err = n.forwardReserve(ctx, key, count, remaining)
+			wait, held, err = n.forwardReserve(ctx, wants, remaining)
 		}
 		if err == nil {
 			// The leader meant the slot for (its grant time + wait), and its
@@ -135,7 +166,7 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 				return r, nil
 			}
 			n.stats.lateGrants.Add(1)
-			n.log.Warn("grant arrived too late to use; asking again", "key", key, "round_trip", arrived.Sub(sent), "use_grace", n.cfg.UseGrace)
+			n.log.Warn("grant arrived too late to use; asking again", "keys", what, "round_trip", arrived.Sub(sent), "use_grace", n.cfg.UseGrace)
 			lastErr = fmt.Errorf("grant arrived after %v, past its use-by", arrived.Sub(sent))
 			continue
 		}
@@ -146,9 +177,9 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 			return raftpace.Reservation{}, lease.ErrModeChanged
 		}
 		lastErr = err
-		n.log.Debug("reserve: retrying", "key", key, "err", err)
+		n.log.Debug("reserve: retrying", "keys", what, "err", err)
 		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
-			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, raftpace.ErrNoLeader, err)
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %s: %w: %w", what, raftpace.ErrNoLeader, err)
 		}
 		backoff = nextBackoff(backoff)
 	}
@@ -158,16 +189,20 @@ func (n *Node) reserveRaft(ctx context.Context, key string, count int, maxWait t
 // its UseBy (for the node's counters).
 func (n *Node) Forfeit(raftpace.Reservation) { n.stats.forfeited.Add(1) }
 
-// forwardReserve asks the leader for count events of key by the one path
-// to the leader (leadercall.go).
-func (n *Node) forwardReserve(ctx context.Context, key string, count int, maxWait time.Duration) (wait, held time.Duration, err error) {
-	what := fmt.Sprintf("reserve %q", key)
+// forwardReserve asks the leader for every want at one instant by the one
+// path to the leader (leadercall.go).
+func (n *Node) forwardReserve(ctx context.Context, wants []raftpace.Want, maxWait time.Duration) (wait, held time.Duration, err error) {
+	what := "reserve " + wire.KeysOf(wants)
 	var resp wire.ReserveResp
-	err = n.callLeaderWithin(ctx, what, wire.MethodReserve, wire.ReserveReq{Key: key, Count: count, MaxWait: maxWait}.Encode(), maxWait, func(raw []byte) (err error) {
+	err = n.callLeaderWithin(ctx, what, wire.MethodReserve, wire.ReserveReq{Wants: wants, MaxWait: maxWait}.Encode(), maxWait, func(raw []byte) (err error) {
 		resp, err = wire.DecodeReserveResp(raw)
 		return err
 	})
 	if err == nil {
+		key := wants[0].Key
+		if resp.Key != "" {
+			key = resp.Key
+		}
 		err = n.grantErr(what, key, resp.Code, resp.Wait, maxWait, resp.Msg)
 	}
 	if err != nil {

@@ -56,26 +56,36 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 
 func (n *Node) serveReserve(ctx context.Context, req []byte) ([]byte, error) {
 	m, err := wire.DecodeReserveReq(req)
-	if err != nil {
-		return wire.ReserveResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
+	if err == nil {
+		err = wire.CheckWants(m.Wants)
 	}
-	if err := fsm.ValidateKey(m.Key); err != nil {
-		return wire.ReserveResp{Code: wire.CodeInvalid, Msg: err.Error()}.Encode(), nil
+	if err != nil {
+		return wire.ReserveResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
+	}
+	// Name the key of a refusal only when several were asked: an answer
+	// about one key is the bytes it always was.
+	nameKey := func(key string) string {
+		if len(m.Wants) == 1 {
+			return ""
+		}
+		return key
+	}
+	// A node that has not applied a pause yet (one just restarted, or
+	// lagging) must not be granted a paused key.
+	for _, w := range m.Wants {
+		if p := n.PausedFor(w.Key); p > 0 {
+			return wire.ReserveResp{Code: wire.CodePaused, Wait: p, Key: nameKey(w.Key)}.Encode(), nil
+		}
 	}
 	// The caller's deadline does not travel with the request: bound the
 	// wait for a horizon by the caller's own maximum, so the leader does
 	// not grant a slot long after the follower gave up on it.
-	// A node that has not applied a pause yet (one just restarted, or
-	// lagging) must not be granted a paused key.
-	if p := n.PausedFor(m.Key); p > 0 {
-		return wire.ReserveResp{Code: wire.CodePaused, Wait: p}.Encode(), nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
 	defer cancel()
-	wait, held, err := n.pacer.Reserve(ctx, n.ctx.Done(), m.Key, m.Count, m.MaxWait)
+	wait, held, err := n.pacer.ReserveAll(ctx, n.ctx.Done(), m.Wants, m.MaxWait)
 	var le *raftpace.LimitExceededError
 	if errors.As(err, &le) {
-		return wire.ReserveResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode(), nil
+		return wire.ReserveResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err), Key: nameKey(le.Key)}.Encode(), nil
 	}
 	return wire.ReserveResp{Code: wire.CodeFor(err), Wait: wait, Held: held, Msg: wire.ErrMsg(err)}.Encode(), nil
 }

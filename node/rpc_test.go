@@ -3,9 +3,11 @@ package node
 import (
 	"math"
 	"math/rand"
+	"reflect"
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node/wire"
 )
@@ -13,11 +15,17 @@ import (
 func TestRPC_RoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewSource(7))
 	for i := 0; i < 2000; i++ {
-		rr := wire.ReserveReq{Key: randKey(rng), Count: 1 + rng.Intn(1000), MaxWait: time.Duration(rng.Int63n(int64(time.Hour)))}
-		if got, err := wire.DecodeReserveReq(rr.Encode()); err != nil || got != rr {
+		rr := wire.ReserveReq{MaxWait: time.Duration(rng.Int63n(int64(time.Hour)))}
+		for k := 1 + rng.Intn(raftpace.MaxWants); k > 0; k-- {
+			rr.Wants = append(rr.Wants, raftpace.Want{Key: randKey(rng), Count: 1 + rng.Intn(1000)})
+		}
+		if got, err := wire.DecodeReserveReq(rr.Encode()); err != nil || !reflect.DeepEqual(got, rr) {
 			t.Fatalf("wire.ReserveReq %+v -> %+v, %v", rr, got, err)
 		}
 		rp := wire.ReserveResp{Code: uint8(rng.Intn(6)), Wait: time.Duration(rng.Int63()), Msg: randKey(rng)}
+		if rng.Intn(2) == 0 {
+			rp.Key = randKey(rng)
+		}
 		if got, err := wire.DecodeReserveResp(rp.Encode()); err != nil || got != rp {
 			t.Fatalf("wire.ReserveResp %+v -> %+v, %v", rp, got, err)
 		}
@@ -42,7 +50,7 @@ func randKey(rng *rand.Rand) string {
 
 // Every strict prefix, a wrong version and trailing bytes are refused.
 func TestRPC_RejectsMalformed(t *testing.T) {
-	good := wire.ReserveReq{Key: "key", Count: 3, MaxWait: time.Second}.Encode()
+	good := wire.ReserveReq{Wants: []raftpace.Want{{Key: "key", Count: 3}}, MaxWait: time.Second}.Encode()
 	for i := 0; i < len(good); i++ {
 		if _, err := wire.DecodeReserveReq(good[:i]); err == nil {
 			t.Errorf("prefix of %d bytes accepted", i)
@@ -56,7 +64,7 @@ func TestRPC_RejectsMalformed(t *testing.T) {
 	if _, err := wire.DecodeReserveReq(append(good, 0)); err == nil {
 		t.Error("trailing byte accepted")
 	}
-	if _, err := wire.DecodeReserveReq(wire.ReserveReq{Key: "k", Count: 0}.Encode()); err == nil {
+	if _, err := wire.DecodeReserveReq(wire.ReserveReq{Wants: []raftpace.Want{{Key: "k", Count: 0}}}.Encode()); err == nil {
 		t.Error("count 0 accepted")
 	}
 	huge := []byte{wire.Version, 0xff, 0xff, 0xff, 0xff, 0x0f}

@@ -95,6 +95,9 @@ const us = `interval '1 microsecond'`
 // tat - tol stays within timestamptz's range (4713 BC) for any valid limit.
 const maxTolerance = "3155760000000000"
 
+// maxToleranceUS is maxTolerance for the arithmetic done in Go.
+const maxToleranceUS = 3155760000000000
+
 // reservePooledSQL is the pool's one statement. Parameters:
 // $1 cluster, $2 key, $3 rate (float8), $4 burst (int8), $5 count (int8),
 // $6 maxWait (int8 µs), $7 the caller's node ID.
@@ -175,6 +178,19 @@ SELECT r.own, r.f, r.k, r.iv IS NOT NULL, r.valid, r.new_tat IS NOT NULL,
 FROM r, n
 `
 
+// poolFractionSQL is F and own of reservePooledSQL on their own, for
+// ReservePooledAll: $1 cluster, $2 the caller's node ID.
+const poolFractionSQL = `
+WITH m AS (
+	SELECT pm.node_id, pm.fraction FROM {S}.pool_members pm
+	WHERE pm.cluster = $1 AND pm.expires_at > clock_timestamp()
+	FOR KEY SHARE OF pm
+)
+SELECT LEAST(COALESCE(sum(m.fraction), 0), 1)::float8,
+	COALESCE(bool_or(m.node_id = $2::text), false)
+FROM m
+`
+
 // newQueries substitutes the schema into every statement.
 func newQueries(schema string) queries {
 	r := strings.NewReplacer("{S}", `"`+schema+`"`, "{us}", us, "{maxtol}", maxTolerance)
@@ -231,9 +247,25 @@ SELECT CASE WHEN isfinite(w.seen_at) THEN (EXTRACT(EPOCH FROM GREATEST(w.seen_at
 	COALESCE((SELECT (EXTRACT(EPOCH FROM GREATEST(max(c.tat) - n.t, interval '0')) * 1000000)::int8 FROM {S}.pool_cursors c WHERE c.cluster = $1), 0)
 FROM {S}.witness w, n WHERE w.cluster = $1 AND w.node_id = $2`),
 
-		joinPool:  r.Replace(`INSERT INTO {S}.pool_members AS p (cluster, node_id, fraction, expires_at) VALUES ($1, $2, $3, clock_timestamp() + $4::int8 * {us}) ON CONFLICT (cluster, node_id) DO UPDATE SET fraction = EXCLUDED.fraction, expires_at = EXCLUDED.expires_at`),
-		leavePool: r.Replace(`DELETE FROM {S}.pool_members WHERE cluster = $1 AND node_id = $2`),
-		poolBusy:  r.Replace(`SELECT COALESCE((EXTRACT(EPOCH FROM GREATEST(max(tat) - clock_timestamp(), interval '0')) * 1000000)::int8, 0) FROM {S}.pool_cursors WHERE cluster = $1`),
+		joinPool:     r.Replace(`INSERT INTO {S}.pool_members AS p (cluster, node_id, fraction, expires_at) VALUES ($1, $2, $3, clock_timestamp() + $4::int8 * {us}) ON CONFLICT (cluster, node_id) DO UPDATE SET fraction = EXCLUDED.fraction, expires_at = EXCLUDED.expires_at`),
+		leavePool:    r.Replace(`DELETE FROM {S}.pool_members WHERE cluster = $1 AND node_id = $2`),
+		poolFraction: r.Replace(poolFractionSQL),
+		// A missing cursor is made idle (at the epoch): GCRA's max(now,
+		// tat) then starts it at once, as ReservePooled's insert does.
+		poolCursorsMake: r.Replace(`INSERT INTO {S}.pool_cursors (cluster, key, tat)
+			SELECT $1, k, 'epoch'::timestamptz FROM unnest($2::text[]) AS k
+			ON CONFLICT (cluster, key) DO NOTHING`),
+		// Locked in key order, so that two reservations of several keys
+		// cannot deadlock; the clock is read after the locks, as in
+		// ReservePooled's update.
+		poolCursorsLock: r.Replace(`SELECT c.key, (EXTRACT(EPOCH FROM c.tat) * 1000000)::int8,
+			(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::int8
+			FROM {S}.pool_cursors c WHERE c.cluster = $1 AND c.key = ANY($2::text[])
+			ORDER BY c.key FOR UPDATE`),
+		poolCursorsSet: r.Replace(`UPDATE {S}.pool_cursors c SET tat = 'epoch'::timestamptz + u.tat * {us}
+			FROM unnest($2::text[], $3::int8[]) AS u(key, tat)
+			WHERE c.cluster = $1 AND c.key = u.key`),
+		poolBusy: r.Replace(`SELECT COALESCE((EXTRACT(EPOCH FROM GREATEST(max(tat) - clock_timestamp(), interval '0')) * 1000000)::int8, 0) FROM {S}.pool_cursors WHERE cluster = $1`),
 	}
 }
 
@@ -246,6 +278,8 @@ type queries struct {
 	deleteCaps, insertCaps, prunePauses, upsertPauses        string
 	loadCaps, loadPauses                                     string
 	publish, discover, forget, joinPool, leavePool, poolBusy string
+	poolFraction, poolCursorsMake, poolCursorsLock           string
+	poolCursorsSet                                           string
 	witness, unfence                                         string
 	fenceLock, fenceRead, fenceApply, fenceWait              string
 }

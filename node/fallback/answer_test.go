@@ -29,12 +29,12 @@ func TestShareAnswer(t *testing.T) {
 	h.wantMode(lapse, ModeLocal)
 	h.setFraction(0.25)
 	for range 5 { // the burst, at the lapse
-		if _, err := h.fb.Reserve("k", 1, 0); err != nil {
+		if _, err := h.fb.ReserveAll(one("k", 1), 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for range 2 { // +40ms, +80ms
-		if _, err := h.fb.Reserve("k", 1, time.Second); err != nil {
+		if _, err := h.fb.ReserveAll(one("k", 1), time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -65,7 +65,7 @@ func TestShareAnswerAtLapseWithoutTransition(t *testing.T) {
 	h := newHarness(t, defaultConfig(), nil)
 	h.lapsed()
 	for range 40 { // the burst, then one every 40ms: the last at +1.4s
-		if _, err := h.fb.Reserve("k", 1, time.Hour); err != nil {
+		if _, err := h.fb.ReserveAll(one("k", 1), time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -126,7 +126,7 @@ func TestDepartInRaftMode(t *testing.T) {
 	if m := h.fb.Current(); m != ModeStopped {
 		t.Fatalf("a renewal while departing moved the node to %s", m)
 	}
-	if _, err := h.fb.Reserve("k", 1, time.Hour); !errors.Is(err, raftpace.ErrStopped) {
+	if _, err := h.fb.ReserveAll(one("k", 1), time.Hour); !errors.Is(err, raftpace.ErrStopped) {
 		t.Fatalf("reserve while departing: %v, want ErrStopped", err)
 	}
 	// Within the renewal's promise, undepart goes back to raft.
@@ -142,7 +142,7 @@ func TestDepartFromLocal(t *testing.T) {
 	h := newHarness(t, defaultConfig(), nil)
 	h.lapsed()
 	for range 7 { // the burst of 5, then +40ms and +80ms
-		if _, err := h.fb.Reserve("k", 1, time.Second); err != nil {
+		if _, err := h.fb.ReserveAll(one("k", 1), time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -150,7 +150,7 @@ func TestDepartFromLocal(t *testing.T) {
 	if busy, want := h.fb.Depart(), 80*time.Millisecond+useGrace-10*time.Millisecond; busy != want {
 		t.Fatalf("depart from local: busy %v, want %v", busy, want)
 	}
-	if _, err := h.fb.Reserve("k", 1, time.Hour); !errors.Is(err, raftpace.ErrStopped) {
+	if _, err := h.fb.ReserveAll(one("k", 1), time.Hour); !errors.Is(err, raftpace.ErrStopped) {
 		t.Fatalf("reserve after depart: %v, want ErrStopped", err)
 	}
 	// The promise ran out meanwhile: undepart goes straight to fallback.

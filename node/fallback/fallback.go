@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/pgstore"
 	"github.com/raftpace/raftpace/node/wire"
 )
 
@@ -51,9 +52,9 @@ type Pool struct {
 	// LeaveBusy deletes id's registration and returns how far the pool's
 	// cursors reach past the answer.
 	LeaveBusy func(ctx context.Context, id string) (time.Duration, error)
-	// Reserve reserves count events of key on the pool's cursor and
-	// returns the wait from the answer.
-	Reserve func(ctx context.Context, key string, lim fsm.Limit, count int, maxWait time.Duration) (time.Duration, error)
+	// Reserve reserves every want on the pool's cursors at one instant
+	// and returns the wait from the answer.
+	Reserve func(ctx context.Context, wants []pgstore.PoolWant, maxWait time.Duration) (time.Duration, error)
 	// Heartbeat tells the witness id is alive; fenced: a leader fenced it.
 	Heartbeat func(ctx context.Context, id string) (fenced bool, err error)
 }

@@ -24,7 +24,7 @@ func TestStartingNodeKeepsPromiseFromStart(t *testing.T) {
 	h := newHarness(t, defaultConfig(), nil)
 	h.wantMode(0, ModeRaft)
 	h.wantMode(shareTTL-1, ModeRaft)
-	if _, err := h.fb.Reserve("k", 1, time.Second); !errors.Is(err, wire.ErrNotLeader) {
+	if _, err := h.fb.ReserveAll(one("k", 1), time.Second); !errors.Is(err, wire.ErrNotLeader) {
 		t.Fatalf("reserve in raft mode: %v, want ErrNotLeader", err)
 	}
 	h.wantMode(shareTTL, ModeLocal)
@@ -32,7 +32,7 @@ func TestStartingNodeKeepsPromiseFromStart(t *testing.T) {
 	h.wantLog("fraction=0 ")
 	// Never renewed since start: the stored fraction may be one it handed
 	// back, so it admits nothing of its own.
-	if _, err := h.fb.Reserve("k", 1, time.Second); !errors.Is(err, wire.ErrNotLeader) {
+	if _, err := h.fb.ReserveAll(one("k", 1), time.Second); !errors.Is(err, wire.ErrNotLeader) {
 		t.Fatalf("reserve before any renewal: %v, want ErrNotLeader", err)
 	}
 }
@@ -61,13 +61,13 @@ func TestLocalStopsAfterFallbackFor(t *testing.T) {
 	h := newHarness(t, defaultConfig(), nil)
 	h.lapsed() // promise: t0 + ShareTTL
 	h.wantMode(shareTTL+fbFor-1, ModeLocal)
-	if _, err := h.fb.Reserve("k", 1, 0); err != nil {
+	if _, err := h.fb.ReserveAll(one("k", 1), 0); err != nil {
 		t.Fatalf("reserve just before the budget ends: %v", err)
 	}
 	h.wantMode(shareTTL+fbFor, ModeStopped)
 	h.wantLog("fallback budget exhausted")
 	h.wantLog("from=local")
-	if _, err := h.fb.Reserve("k", 1, time.Second); !errors.Is(err, raftpace.ErrStopped) {
+	if _, err := h.fb.ReserveAll(one("k", 1), time.Second); !errors.Is(err, raftpace.ErrStopped) {
 		t.Fatalf("reserve when stopped: %v, want ErrStopped", err)
 	}
 	// Stopped stays stopped without a renewal.
@@ -83,7 +83,7 @@ func TestRenewalReturnsToRaft(t *testing.T) {
 		t.Fatalf("after a renewal in local mode: %s, want raft", m)
 	}
 	h.wantLog("share renewed by the leader: admitting through raft")
-	if _, err := h.fb.Reserve("k", 1, time.Second); !errors.Is(err, wire.ErrNotLeader) {
+	if _, err := h.fb.ReserveAll(one("k", 1), time.Second); !errors.Is(err, wire.ErrNotLeader) {
 		t.Fatalf("reserve after the renewal: %v, want ErrNotLeader (go through the leader)", err)
 	}
 	// The renewal made a new promise: ShareTTL from it.
@@ -112,7 +112,7 @@ func TestLocalBudget(t *testing.T) {
 	h.lapsed()
 	now := h.at(shareTTL)
 	for i := range 5 {
-		r, err := h.fb.Reserve("k", 1, 0)
+		r, err := h.fb.ReserveAll(one("k", 1), 0)
 		if err != nil {
 			t.Fatalf("reservation %d of the burst: %v", i+1, err)
 		}
@@ -120,29 +120,29 @@ func TestLocalBudget(t *testing.T) {
 			t.Fatalf("reservation %d: at %v use by %v, want %v and +UseGrace", i+1, r.At, r.UseBy, want)
 		}
 	}
-	_, err := h.fb.Reserve("k", 1, 39*time.Millisecond)
+	_, err := h.fb.ReserveAll(one("k", 1), 39*time.Millisecond)
 	var le *raftpace.LimitExceededError
 	if !errors.As(err, &le) || le.Wait != 40*time.Millisecond || le.Key != "k" || le.MaxWait != 39*time.Millisecond {
 		t.Fatalf("sixth reservation within 39ms: %v, want LimitExceededError waiting 40ms", err)
 	}
-	r, err := h.fb.Reserve("k", 1, 40*time.Millisecond)
+	r, err := h.fb.ReserveAll(one("k", 1), 40*time.Millisecond)
 	if err != nil || !r.At.Equal(epoch.Add(time.Duration(now)+40*time.Millisecond)) {
 		t.Fatalf("sixth reservation within 40ms: %v %v, want at +40ms", r, err)
 	}
-	r, err = h.fb.Reserve("k", 2, time.Second)
+	r, err = h.fb.ReserveAll(one("k", 2), time.Second)
 	if err != nil || !r.At.Equal(epoch.Add(time.Duration(now)+120*time.Millisecond)) {
 		t.Fatalf("two more: %v %v, want at +120ms", r, err)
 	}
 	// More than the fraction's burst can never conform.
-	if _, err := h.fb.Reserve("k", 6, time.Hour); !errors.Is(err, raftpace.ErrInvalidRequest) {
+	if _, err := h.fb.ReserveAll(one("k", 6), time.Hour); !errors.Is(err, raftpace.ErrInvalidRequest) {
 		t.Fatalf("6 events with a local burst of 5: %v, want ErrInvalidRequest", err)
 	}
 	// Other keys have buckets of their own; a key with no limit applied
 	// is never admitted in fallback.
-	if _, err := h.fb.Reserve("c", 1, 0); err != nil {
+	if _, err := h.fb.ReserveAll(one("c", 1), 0); err != nil {
 		t.Fatalf("another key: %v", err)
 	}
-	if _, err := h.fb.Reserve("nope", 1, time.Hour); !errors.Is(err, wire.ErrNotLeader) {
+	if _, err := h.fb.ReserveAll(one("nope", 1), time.Hour); !errors.Is(err, wire.ErrNotLeader) {
 		t.Fatalf("unknown key: %v, want ErrNotLeader", err)
 	}
 }
@@ -158,18 +158,18 @@ func TestLocalBudgetSmallFraction(t *testing.T) {
 	now := h.at(shareTTL)
 	overrun := time.Second - shareTTL/3
 	var le *raftpace.LimitExceededError
-	if _, err := h.fb.Reserve("k", 1, 0); !errors.As(err, &le) || le.Wait != overrun {
+	if _, err := h.fb.ReserveAll(one("k", 1), 0); !errors.As(err, &le) || le.Wait != overrun {
 		t.Fatalf("first event at f=0.01 at once: %v, want LimitExceededError waiting %v", err, overrun)
 	}
-	r, err := h.fb.Reserve("k", 1, time.Hour)
+	r, err := h.fb.ReserveAll(one("k", 1), time.Hour)
 	if err != nil || !r.At.Equal(epoch.Add(time.Duration(now)+overrun)) {
 		t.Fatalf("first event at f=0.01: %v %v, want %v after the lapse", r, err, overrun)
 	}
-	r, err = h.fb.Reserve("k", 1, time.Hour)
+	r, err = h.fb.ReserveAll(one("k", 1), time.Hour)
 	if err != nil || !r.At.Equal(epoch.Add(time.Duration(now)+overrun+time.Second)) {
 		t.Fatalf("second event at f=0.01: %v %v, want 1s later", r, err)
 	}
-	if _, err := h.fb.Reserve("k", 2, time.Hour); !errors.Is(err, raftpace.ErrInvalidRequest) {
+	if _, err := h.fb.ReserveAll(one("k", 2), time.Hour); !errors.Is(err, raftpace.ErrInvalidRequest) {
 		t.Fatalf("2 events with a local burst of 1: %v, want ErrInvalidRequest", err)
 	}
 }
@@ -180,7 +180,7 @@ func TestLocalNoFraction(t *testing.T) {
 	h := newHarness(t, defaultConfig(), nil)
 	h.setFraction(0)
 	h.lapsed()
-	if _, err := h.fb.Reserve("k", 1, time.Hour); !errors.Is(err, wire.ErrNotLeader) {
+	if _, err := h.fb.ReserveAll(one("k", 1), time.Hour); !errors.Is(err, wire.ErrNotLeader) {
 		t.Fatalf("reserve with no fraction: %v, want ErrNotLeader", err)
 	}
 }
@@ -193,11 +193,11 @@ func TestLocalFullRate(t *testing.T) {
 	h := newHarness(t, cfg, nil)
 	h.wantMode(shareTTL, ModeLocal)
 	for i := range 20 {
-		if _, err := h.fb.Reserve("k", 1, 0); err != nil {
+		if _, err := h.fb.ReserveAll(one("k", 1), 0); err != nil {
 			t.Fatalf("reservation %d of the full burst: %v", i+1, err)
 		}
 	}
-	if _, err := h.fb.Reserve("k", 1, 0); err == nil {
+	if _, err := h.fb.ReserveAll(one("k", 1), 0); err == nil {
 		t.Fatal("21st reservation at once admitted")
 	}
 }
@@ -208,19 +208,19 @@ func TestFallbackStartsAfresh(t *testing.T) {
 	h := newHarness(t, defaultConfig(), nil)
 	h.lapsed()
 	for range 5 {
-		if _, err := h.fb.Reserve("k", 1, 0); err != nil {
+		if _, err := h.fb.ReserveAll(one("k", 1), 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for range 50 { // the bucket reaches 2s ahead: past the next fallback's start
-		if _, err := h.fb.Reserve("k", 1, time.Hour); err != nil {
+		if _, err := h.fb.ReserveAll(one("k", 1), time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}
 	h.renewAt(shareTTL + time.Millisecond)
 	h.wantMode(2*shareTTL+time.Millisecond, ModeLocal)
 	for i := range 5 {
-		if _, err := h.fb.Reserve("k", 1, 0); err != nil {
+		if _, err := h.fb.ReserveAll(one("k", 1), 0); err != nil {
 			t.Fatalf("reservation %d of the new fallback's burst: %v", i+1, err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node/wire"
 )
@@ -177,3 +178,6 @@ func (h *harness) wantLog(sub string) {
 }
 
 func (h *harness) countLog(sub string) int { return strings.Count(h.logs.String(), sub) }
+
+// one is the wants of a reservation of count events of key.
+func one(key string, count int) []raftpace.Want { return []raftpace.Want{{Key: key, Count: count}} }

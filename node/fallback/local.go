@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/gcra"
 	"github.com/raftpace/raftpace/internal/loop"
 	"github.com/raftpace/raftpace/node/wire"
@@ -50,15 +51,22 @@ func (fb *Fallback) heard(sent int64, fenced bool) {
 	}
 }
 
-// Reserve paces count events of key locally at this node's fraction of
-// the key's rate, with its share of the burst (at least one).
-func (fb *Fallback) Reserve(key string, count int, maxWait time.Duration) (raftpace.Reservation, error) {
-	lim, ok := fb.d.State.Limit(key)
-	if !ok {
-		// This node may not have applied the limit yet: only the leader
-		// can say the key is unknown. If no leader answers, the caller
-		// gets ErrNoLeader; fallback never admits a key it has no rate for.
-		return raftpace.Reservation{}, wire.ErrNotLeader
+// ReserveAll paces the events of every want locally at this node's
+// fraction of each key's rate, with its share of each burst (at least
+// one), at one instant that satisfies every key (as the leader's pacer
+// does), or none.
+func (fb *Fallback) ReserveAll(wants []raftpace.Want, maxWait time.Duration) (raftpace.Reservation, error) {
+	what := wire.KeysOf(wants)
+	lims := make([]fsm.Limit, len(wants))
+	for i, w := range wants {
+		lim, ok := fb.d.State.Limit(w.Key)
+		if !ok {
+			// This node may not have applied the limit yet: only the leader
+			// can say the key is unknown. If no leader answers, the caller
+			// gets ErrNoLeader; fallback never admits a key it has no rate for.
+			return raftpace.Reservation{}, wire.ErrNotLeader
+		}
+		lims[i] = lim
 	}
 	fb.mu.Lock()
 	now := fb.d.Now()
@@ -66,7 +74,7 @@ func (fb *Fallback) Reserve(key string, count int, maxWait time.Duration) (raftp
 	switch {
 	case m == ModeStopped:
 		fb.mu.Unlock()
-		return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w", key, raftpace.ErrStopped)
+		return raftpace.Reservation{}, fmt.Errorf("node: reserve %s: %w", what, raftpace.ErrStopped)
 	case m == ModeRaft:
 		fb.mu.Unlock()
 		return raftpace.Reservation{}, wire.ErrNotLeader // back in raft mode: go through the leader
@@ -75,7 +83,7 @@ func (fb *Fallback) Reserve(key string, count int, maxWait time.Duration) (raftp
 		return raftpace.Reservation{}, ErrPoolPending
 	case m == ModePooled:
 		fb.mu.Unlock()
-		return fb.reservePooled(key, lim, count, maxWait)
+		return fb.reservePooled(wants, lims, maxWait)
 	}
 	defer fb.mu.Unlock()
 	f := fb.fraction()
@@ -84,34 +92,49 @@ func (fb *Fallback) Reserve(key string, count int, maxWait time.Duration) (raftp
 		// can serve it, and those are always safe to use.
 		return raftpace.Reservation{}, wire.ErrNotLeader
 	}
-	burst := max(1, int(math.Floor(f*float64(lim.Burst))))
-	interval := int64(math.Ceil(float64(lim.Interval()) / f))
-	p := gcra.NewParams(interval, burst)
-	tat, ok := fb.keys[key]
-	if !ok {
-		// A leader's last grants may claim the key up to its overrun past
-		// the lapse (wire.ShareOverrun; 0 unless the key is slow).
-		tat = max(now, fb.lapsed+fb.overrun(lim, f))
+	// Each key's own earliest start; the latest of them is the instant.
+	params := make([]gcra.Params, len(wants))
+	tats := make([]int64, len(wants))
+	at, last := now, 0
+	for i, w := range wants {
+		lim := lims[i]
+		burst := max(1, int(math.Floor(f*float64(lim.Burst))))
+		interval := int64(math.Ceil(float64(lim.Interval()) / f))
+		params[i] = gcra.NewParams(interval, burst)
+		tat, ok := fb.keys[w.Key]
+		if !ok {
+			// A leader's last grants may claim the key up to its overrun past
+			// the lapse (wire.ShareOverrun; 0 unless the key is slow).
+			tat = max(now, fb.lapsed+fb.overrun(lim, f))
+		}
+		// After the pool was lost, nothing before the pool's grants that
+		// counted this fraction are surely over.
+		tats[i] = max(tat, fb.localFrom+params[i].Tolerance)
+		start, _, err := gcra.Reserve(tats[i], params[i], now, w.Count)
+		if err != nil {
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", w.Key, raftpace.ErrInvalidRequest, err)
+		}
+		if start > at {
+			at, last = start, i
+		}
 	}
-	// After the pool was lost, nothing before the pool's grants that
-	// counted this fraction are surely over.
-	tat = max(tat, fb.localFrom+p.Tolerance)
-	start, next, err := gcra.Reserve(tat, p, now, count)
-	if err != nil {
-		return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, raftpace.ErrInvalidRequest, err)
-	}
-	if lic := fb.licence.Load(); fb.cfg.Witnessed && start >= lic {
+	if lic := fb.licence.Load(); fb.cfg.Witnessed && at >= lic {
 		// A leader may count this fraction from the licence's end on.
-		return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: cut off from the leader and from postgres; local pacing is licensed only until %v after the last heartbeat postgres accepted",
-			key, raftpace.ErrStopped, fb.cfg.WitnessTTL)
+		return raftpace.Reservation{}, fmt.Errorf("node: reserve %s: %w: cut off from the leader and from postgres; local pacing is licensed only until %v after the last heartbeat postgres accepted",
+			what, raftpace.ErrStopped, fb.cfg.WitnessTTL)
 	}
-	if time.Duration(start-now) > maxWait {
-		return raftpace.Reservation{}, &raftpace.LimitExceededError{Key: key, Wait: time.Duration(start - now), MaxWait: maxWait}
+	if time.Duration(at-now) > maxWait {
+		return raftpace.Reservation{}, &raftpace.LimitExceededError{Key: wants[last].Key, Wait: time.Duration(at - now), MaxWait: maxWait}
 	}
-	fb.keys[key] = next
-	fb.lastSlot = max(fb.lastSlot, start)
-	at := fb.d.Epoch.Add(time.Duration(start))
-	return raftpace.Reservation{At: at, UseBy: at.Add(fb.cfg.UseGrace)}, nil
+	for i, w := range wants {
+		// Arriving at the instant: every key starts there (it is at least
+		// each key's own earliest start).
+		_, next, _ := gcra.Reserve(tats[i], params[i], at, w.Count)
+		fb.keys[w.Key] = next
+	}
+	fb.lastSlot = max(fb.lastSlot, at)
+	start := fb.d.Epoch.Add(time.Duration(at))
+	return raftpace.Reservation{At: start, UseBy: start.Add(fb.cfg.UseGrace)}, nil
 }
 
 // Watch moves the mode along on time, so transitions are logged when they

@@ -9,6 +9,7 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/pgstore"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // The pool registration outlives its last renewal by PoolTTL; a pooled
@@ -124,25 +125,31 @@ func (fb *Fallback) poolLostLocked(err error) {
 	}
 }
 
-// reservePooled reserves from the pool's cursor.
-func (fb *Fallback) reservePooled(key string, lim fsm.Limit, count int, maxWait time.Duration) (raftpace.Reservation, error) {
+// reservePooled reserves every want from the pool's cursors at one
+// instant; lims are the wants' limits.
+func (fb *Fallback) reservePooled(wants []raftpace.Want, lims []fsm.Limit, maxWait time.Duration) (raftpace.Reservation, error) {
 	ctx, cancel := context.WithTimeout(fb.d.Ctx, 2*time.Second)
 	defer cancel()
+	pw := make([]pgstore.PoolWant, len(wants))
+	for i, w := range wants {
+		pw[i] = pgstore.PoolWant{Key: w.Key, Limit: lims[i], Count: w.Count}
+	}
+	what := wire.KeysOf(wants)
 	sent := fb.d.Now()
-	wait, err := fb.d.Pool.Reserve(ctx, key, lim, count, min(maxWait, PoolMaxWait))
+	wait, err := fb.d.Pool.Reserve(ctx, pw, min(maxWait, PoolMaxWait))
 	recv := fb.d.Now()
 	if err != nil {
 		var le *pgstore.LimitExceededError
 		switch {
 		case errors.As(err, &le):
-			return raftpace.Reservation{}, &raftpace.LimitExceededError{Key: key, Wait: le.Wait, MaxWait: maxWait}
+			return raftpace.Reservation{}, &raftpace.LimitExceededError{Key: le.Key, Wait: le.Wait, MaxWait: maxWait}
 		case errors.Is(err, pgstore.ErrNotInPool):
 			fb.mu.Lock()
 			fb.pending = true // rejoin at the next tick
 			fb.mu.Unlock()
 			return raftpace.Reservation{}, ErrPoolPending
 		case errors.Is(err, pgstore.ErrInvalid):
-			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: %w", key, raftpace.ErrInvalidRequest, err)
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %s: %w: %w", what, raftpace.ErrInvalidRequest, err)
 		default:
 			fb.mu.Lock()
 			if fb.poolExpiringLocked(recv) {

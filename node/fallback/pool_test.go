@@ -61,7 +61,7 @@ func (p *fakePool) pool() *Pool {
 			defer p.mu.Unlock()
 			return p.leaveBusy, nil
 		},
-		Reserve: func(_ context.Context, key string, lim fsm.Limit, count int, maxWait time.Duration) (time.Duration, error) {
+		Reserve: func(_ context.Context, _ []pgstore.PoolWant, maxWait time.Duration) (time.Duration, error) {
 			p.mu.Lock()
 			p.maxWaits = append(p.maxWaits, maxWait)
 			wait, err, on := p.wait, p.reserveErr, p.onReserve
@@ -94,7 +94,7 @@ func pooledAt(t *testing.T, cfg Config) (*harness, *fakePool) {
 	h := newHarness(t, cfg, fp.pool())
 	h.lapsed()
 	// Fallback began with Postgres configured: pending, admitting nothing.
-	if _, err := h.fb.Reserve("k", 1, time.Hour); !errors.Is(err, ErrPoolPending) {
+	if _, err := h.fb.ReserveAll(one("k", 1), time.Hour); !errors.Is(err, ErrPoolPending) {
 		t.Fatalf("reserve while deciding pooled or local: %v, want ErrPoolPending", err)
 	}
 	h.fb.heard(h.at(shareTTL), false)
@@ -117,7 +117,7 @@ func TestPoolJoinAndReserve(t *testing.T) {
 	fp.set(func(p *fakePool) { p.wait = 30 * time.Millisecond })
 	sent := h.at(shareTTL + time.Millisecond)
 	fp.set(func(p *fakePool) { p.onReserve = func() { h.clock.Add(int64(5 * time.Millisecond)) } })
-	r, err := h.fb.Reserve("k", 1, 2*time.Second)
+	r, err := h.fb.ReserveAll(one("k", 1), 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,26 +130,26 @@ func TestPoolJoinAndReserve(t *testing.T) {
 	}
 	// An answer later than UseGrace is not used: ask again.
 	fp.set(func(p *fakePool) { p.onReserve = func() { h.clock.Add(int64(useGrace) + 1) } })
-	if _, err := h.fb.Reserve("k", 1, 2*time.Second); !errors.Is(err, ErrPoolPending) {
+	if _, err := h.fb.ReserveAll(one("k", 1), 2*time.Second); !errors.Is(err, ErrPoolPending) {
 		t.Fatalf("an answer later than UseGrace: %v, want ErrPoolPending", err)
 	}
 	fp.set(func(p *fakePool) { p.onReserve = nil })
 	// The pool's refusals become the node's.
 	fp.set(func(p *fakePool) { p.reserveErr = &pgstore.LimitExceededError{Key: "k", Wait: 3 * time.Second} })
 	var le *raftpace.LimitExceededError
-	if _, err := h.fb.Reserve("k", 1, 2*time.Second); !errors.As(err, &le) || le.Wait != 3*time.Second || le.MaxWait != 2*time.Second {
+	if _, err := h.fb.ReserveAll(one("k", 1), 2*time.Second); !errors.As(err, &le) || le.Wait != 3*time.Second || le.MaxWait != 2*time.Second {
 		t.Fatalf("pool over its rate: %v", err)
 	}
 	fp.set(func(p *fakePool) { p.reserveErr = pgstore.ErrInvalid })
-	if _, err := h.fb.Reserve("k", 1, 2*time.Second); !errors.Is(err, raftpace.ErrInvalidRequest) {
+	if _, err := h.fb.ReserveAll(one("k", 1), 2*time.Second); !errors.Is(err, raftpace.ErrInvalidRequest) {
 		t.Fatalf("pool says invalid: %v", err)
 	}
 	// Not registered any more: rejoin at the next tick.
 	fp.set(func(p *fakePool) { p.reserveErr = pgstore.ErrNotInPool })
-	if _, err := h.fb.Reserve("k", 1, 2*time.Second); !errors.Is(err, ErrPoolPending) {
+	if _, err := h.fb.ReserveAll(one("k", 1), 2*time.Second); !errors.Is(err, ErrPoolPending) {
 		t.Fatalf("not in the pool: %v, want ErrPoolPending", err)
 	}
-	if _, err := h.fb.Reserve("k", 1, 2*time.Second); !errors.Is(err, ErrPoolPending) {
+	if _, err := h.fb.ReserveAll(one("k", 1), 2*time.Second); !errors.Is(err, ErrPoolPending) {
 		t.Fatalf("pending rejoin: %v, want ErrPoolPending", err)
 	}
 	fp.set(func(p *fakePool) { p.reserveErr = nil })
@@ -157,7 +157,7 @@ func TestPoolJoinAndReserve(t *testing.T) {
 	if len(fp.joins) != 2 {
 		t.Fatalf("joins %d, want a rejoin", len(fp.joins))
 	}
-	if _, err := h.fb.Reserve("k", 1, 2*time.Second); err != nil {
+	if _, err := h.fb.ReserveAll(one("k", 1), 2*time.Second); err != nil {
 		t.Fatalf("after the rejoin: %v", err)
 	}
 }
@@ -196,12 +196,12 @@ func TestPoolLostToLocal(t *testing.T) {
 	// fraction are over: registration + PoolTTL + PoolMaxWait + UseGrace.
 	localFrom := regAt + PoolTTL + PoolMaxWait + useGrace
 	wait := localFrom - (regAt + PoolTTL*2/3)
-	_, err := h.fb.Reserve("k", 1, wait-1)
+	_, err := h.fb.ReserveAll(one("k", 1), wait-1)
 	var le *raftpace.LimitExceededError
 	if !errors.As(err, &le) || le.Wait != wait {
 		t.Fatalf("local reservation right after losing the pool: %v, want a wait of %v", err, wait)
 	}
-	r, err := h.fb.Reserve("k", 1, wait)
+	r, err := h.fb.ReserveAll(one("k", 1), wait)
 	if err != nil || !r.At.Equal(epoch.Add(time.Duration(t0)+localFrom)) {
 		t.Fatalf("first local reservation after the pool: %v %v, want at the pool's end", r, err)
 	}
@@ -228,11 +228,11 @@ func TestWitnessLicence(t *testing.T) {
 	h.wantMode(shareTTL+witTTL+time.Second, ModeLocal)
 	// Reserve stops at the licence's end, and refuses a start past it.
 	h.at(shareTTL + 2*witTTL + time.Second - time.Millisecond)
-	if _, err := h.fb.Reserve("k", 1, 0); err != nil {
+	if _, err := h.fb.ReserveAll(one("k", 1), 0); err != nil {
 		t.Fatalf("reserve within the licence: %v", err)
 	}
 	h.at(shareTTL + 2*witTTL + time.Second)
-	if _, err := h.fb.Reserve("k", 1, time.Hour); !errors.Is(err, raftpace.ErrStopped) {
+	if _, err := h.fb.ReserveAll(one("k", 1), time.Hour); !errors.Is(err, raftpace.ErrStopped) {
 		t.Fatalf("reserve at the licence's end: %v, want ErrStopped", err)
 	}
 	h.wantMode(shareTTL+2*witTTL+time.Second, ModeStopped)
@@ -254,20 +254,20 @@ func TestWitnessLicenceBoundsStart(t *testing.T) {
 		t.Fatalf("pool unreachable at the lapse: %s, want local", m)
 	}
 	for range 5 {
-		if _, err := h.fb.Reserve("k", 1, 0); err != nil {
+		if _, err := h.fb.ReserveAll(one("k", 1), 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	h.at(shareTTL + witTTL - 40*time.Millisecond)
-	if _, err := h.fb.Reserve("k", 1, time.Hour); err != nil {
+	if _, err := h.fb.ReserveAll(one("k", 1), time.Hour); err != nil {
 		t.Fatalf("start just inside the licence: %v", err)
 	}
 	for range 4 { // the rest of the burst, at once
-		if _, err := h.fb.Reserve("k", 1, time.Hour); err != nil {
+		if _, err := h.fb.ReserveAll(one("k", 1), time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := h.fb.Reserve("k", 1, time.Hour); !errors.Is(err, raftpace.ErrStopped) {
+	if _, err := h.fb.ReserveAll(one("k", 1), time.Hour); !errors.Is(err, raftpace.ErrStopped) {
 		t.Fatalf("start at the licence's end: %v, want ErrStopped", err)
 	}
 }
@@ -388,7 +388,7 @@ func TestJoinFenced(t *testing.T) {
 	h.wantLog("the pool refuses it")
 	// Current's fast path reports local until FallbackFor past the promise
 	// (it does not look at the licence); Reserve does, and stops.
-	if _, err := h.fb.Reserve("k", 1, time.Hour); !errors.Is(err, raftpace.ErrStopped) {
+	if _, err := h.fb.ReserveAll(one("k", 1), time.Hour); !errors.Is(err, raftpace.ErrStopped) {
 		t.Fatalf("reserve after the pool refused a fenced member: %v, want ErrStopped", err)
 	}
 	if m := h.fb.Current(); m != ModeStopped {
@@ -411,7 +411,7 @@ func TestRejoinFromLocal(t *testing.T) {
 		t.Fatalf("pool down at the lapse: %s, want local", m)
 	}
 	for range 7 { // the last at +80ms
-		if _, err := h.fb.Reserve("k", 1, time.Second); err != nil {
+		if _, err := h.fb.ReserveAll(one("k", 1), time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -421,7 +421,7 @@ func TestRejoinFromLocal(t *testing.T) {
 	if len(fp.joins) != 1 {
 		t.Fatalf("joined with local slots in use: joins %d", len(fp.joins))
 	}
-	if _, err := h.fb.Reserve("k", 1, time.Hour); !errors.Is(err, ErrPoolPending) {
+	if _, err := h.fb.ReserveAll(one("k", 1), time.Hour); !errors.Is(err, ErrPoolPending) {
 		t.Fatalf("reserve while rejoining: %v, want ErrPoolPending", err)
 	}
 	h.at(shareTTL + 80*time.Millisecond + useGrace - 1)
@@ -450,10 +450,10 @@ func TestSlowKeyDefersThePool(t *testing.T) {
 	overrun := 4*time.Second - shareTTL/3
 	h.lapsed()
 	now := h.at(shareTTL)
-	if _, err := h.fb.Reserve("k", 1, 0); err != nil {
+	if _, err := h.fb.ReserveAll(one("k", 1), 0); err != nil {
 		t.Fatalf("a fast key in local fallback: %v, want at once", err)
 	}
-	r, err := h.fb.Reserve("slow", 1, time.Hour)
+	r, err := h.fb.ReserveAll(one("slow", 1), time.Hour)
 	if err != nil || !r.At.Equal(epoch.Add(time.Duration(now)+overrun)) {
 		t.Fatalf("the slow key: %v %v, want at its overrun %v after the lapse", r, err, overrun)
 	}

@@ -163,68 +163,10 @@ func (p *Pacer) awaitShare(ks *keyState, key string, now, tatp int64, maxWait ti
 	return p.wait(h.share, ch, ctx, done, key, "its share", ErrNoShare)
 }
 
-// Reserve grants count events of key, waiting at most maxWait for them. It
-// returns the wait measured from the moment of the grant, and how long the
-// request was held before it (see hold). It blocks only while the key's
-// horizon is being extended or its share does not reach the slots yet.
+// Reserve grants count events of key, waiting at most maxWait for them:
+// ReserveAll of one key.
 func (p *Pacer) Reserve(ctx context.Context, done <-chan struct{}, key string, count int, maxWait time.Duration) (wait, held time.Duration, err error) {
-	h := p.newHold(maxWait)
-	for {
-		p.mu.Lock()
-		if !p.leading {
-			p.mu.Unlock()
-			return 0, 0, wire.ErrNotLeader
-		}
-		ks := p.keyLocked(key)
-		if ks == nil || !ks.hasLimit {
-			p.mu.Unlock()
-			return 0, 0, fmt.Errorf("node: reserve %q: %w", key, raftpace.ErrUnknownKey)
-		}
-		shareCh := p.shareWait() // before F is read: see awaitShare
-		now := p.now()
-		params, ok := p.settle(ks, now, func(q gcra.Params) int64 {
-			_, end, _ := gcra.Reserve(ks.tat, q, now, count) // an error is the call's below
-			return end
-		})
-		var start, newTAT int64
-		if ok {
-			start, newTAT, err = gcra.Reserve(ks.tat, params, now, count)
-		}
-		if !ok {
-			if err := p.awaitShare(ks, key, now, max(now, ks.tat), maxWait, h, shareCh, ctx, done); err != nil {
-				return 0, 0, err
-			}
-			continue
-		}
-		if err != nil {
-			p.mu.Unlock()
-			return 0, 0, fmt.Errorf("node: reserve %q: %w: %w", key, raftpace.ErrInvalidRequest, err)
-		}
-		wait := time.Duration(start - now)
-		if wait > maxWait || newTAT-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
-			p.mu.Unlock()
-			return 0, 0, &raftpace.LimitExceededError{Key: key, Wait: wait, MaxWait: maxWait}
-		}
-		ks.demand = now
-		if newTAT <= ks.horizon {
-			ks.tat = newTAT
-			if ks.horizon-newTAT < p.ahead/2 {
-				p.Kick()
-			}
-			p.mu.Unlock()
-			p.Granted(key, count)
-			return wait, time.Duration(now - h.entry), nil
-		}
-		if newTAT > ks.need {
-			ks.need = newTAT
-		}
-		ch := ks.changed
-		p.mu.Unlock()
-		p.Kick()
-		if err := p.wait(h.horizon, ch, ctx, done, key, "its horizon", wire.ErrRetry); err != nil {
-			return 0, 0, err
-		}
-	}
+	return p.ReserveAll(ctx, done, []raftpace.Want{{Key: key, Count: count}}, maxWait)
 }
 
 // Lease grants holder up to count single-event slots of key. It is GCRA in

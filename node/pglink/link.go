@@ -202,13 +202,14 @@ func (p *Link) LeavePoolBusy(ctx context.Context, id string) (time.Duration, err
 	return busy, err
 }
 
-// ReservePooled reserves count events of key on the pool's cursor.
-func (p *Link) ReservePooled(ctx context.Context, key string, lim fsm.Limit, count int, maxWait time.Duration) (time.Duration, error) {
+// ReservePooled reserves every want on the pool's cursors at one instant
+// (pgstore.ReservePooledAll).
+func (p *Link) ReservePooled(ctx context.Context, wants []pgstore.PoolWant, maxWait time.Duration) (time.Duration, error) {
 	s, err := p.get(ctx)
 	if err != nil {
 		return 0, err
 	}
-	wait, err := s.ReservePooled(ctx, p.cfg.NodeID, key, lim, count, maxWait)
+	wait, err := s.ReservePooledAll(ctx, p.cfg.NodeID, wants, maxWait)
 	p.note(err)
 	return wait, err
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/fuzzcorpus"
 )
@@ -143,10 +144,13 @@ func rpcSeeds() []rpcSeed {
 	for i := range keys {
 		keys[i] = "key-" + strconv.Itoa(i)
 	}
-	good := ReserveReq{Key: "k", Count: 3, MaxWait: time.Second}.Encode()
+	good := ReserveReq{Wants: one("k", 3), MaxWait: time.Second}.Encode()
 	return []rpcSeed{
-		{"valid-reserve-req", "ReserveReq", ReserveReq{Key: "provider:acme", Count: 1, MaxWait: time.Second}.Encode()},
-		{"valid-reserve-req-max", "ReserveReq", ReserveReq{Key: strings.Repeat("k", fsm.MaxKeyLen), Count: math.MaxInt32, MaxWait: math.MaxInt64}.Encode()},
+		{"valid-reserve-req", "ReserveReq", ReserveReq{Wants: one("provider:acme", 1), MaxWait: time.Second}.Encode()},
+		{"valid-reserve-req-max", "ReserveReq", ReserveReq{Wants: one(strings.Repeat("k", fsm.MaxKeyLen), math.MaxInt32), MaxWait: math.MaxInt64}.Encode()},
+		{"valid-reserve-req-all", "ReserveReq", ReserveReq{Wants: []raftpace.Want{{Key: "tenant:a", Count: 1}, {Key: "global", Count: 2}}, MaxWait: time.Second}.Encode()},
+		{"valid-reserve-req-all-max", "ReserveReq", ReserveReq{Wants: wants(raftpace.MaxWants), MaxWait: time.Second}.Encode()},
+		{"valid-reserve-resp-limited-key", "ReserveResp", ReserveResp{Code: CodeLimitExceeded, Wait: time.Second, Msg: "limit", Key: "global"}.Encode()},
 		{"valid-reserve-resp", "ReserveResp", ReserveResp{Code: CodeOK, Wait: 5 * time.Millisecond}.Encode()},
 		{"valid-reserve-resp-limited", "ReserveResp", ReserveResp{Code: CodeLimitExceeded, Wait: time.Minute, Msg: "node: limit exceeded"}.Encode()},
 		{"valid-set-limit-req", "SetLimitReq", SetLimitReq{Key: "k", Limit: fsm.Limit{Rate: 200, Burst: 10}}.Encode()},
@@ -180,7 +184,9 @@ func rpcSeeds() []rpcSeed {
 		{"invalid-version", "ReserveReq", append([]byte{Version + 1}, good[1:]...)},
 		{"invalid-truncated", "ReserveReq", good[:len(good)-1]},
 		{"invalid-trailing", "ReserveReq", append(bytes.Clone(good), 0)},
-		{"invalid-reserve-count-0", "ReserveReq", ReserveReq{Key: "k", Count: 0}.Encode()},
+		{"invalid-reserve-count-0", "ReserveReq", ReserveReq{Wants: one("k", 0)}.Encode()},
+		{"invalid-reserve-too-many-keys", "ReserveReq", ReserveReq{Wants: wants(raftpace.MaxWants + 1)}.Encode()},
+		{"invalid-reserve-resp-empty-key", "ReserveResp", append(ReserveResp{Code: CodeOK}.Encode(), 0)},
 		{"invalid-huge-key-length", "ReserveReq", []byte{Version, 0xff, 0xff, 0xff, 0xff, 0x0f}},
 		{"invalid-lease-spacing-0", "LeaseResp", LeaseResp{Code: CodeOK, Lease: Lease{Spacing: 0, Count: 5}}.Encode()},
 		{"invalid-share-answer-nan", "ShareAnswer", ShareAnswer{Applied: 1, Fraction: math.NaN()}.Encode()},
@@ -232,4 +238,15 @@ func FuzzRPCDecode(f *testing.F) {
 			c.check(t, b)
 		}
 	})
+}
+
+func one(key string, count int) []raftpace.Want { return []raftpace.Want{{Key: key, Count: count}} }
+
+// wants returns n wants of distinct keys.
+func wants(n int) []raftpace.Want {
+	w := make([]raftpace.Want, n)
+	for i := range w {
+		w[i] = raftpace.Want{Key: "key-" + strconv.Itoa(i), Count: 1}
+	}
+	return w
 }

@@ -4,14 +4,18 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 )
 
+// ReserveReq asks for every want at one instant, or none (ReserveAll); a
+// reservation of one key is the list of one.
 type ReserveReq struct {
-	Key     string
-	Count   int
+	Wants   []raftpace.Want
 	MaxWait time.Duration
 }
 
@@ -20,6 +24,9 @@ type ReserveResp struct {
 	Wait time.Duration // the grant's wait, or the would-be wait for CodeLimitExceeded
 	Held time.Duration // how long the leader held the request before the grant
 	Msg  string
+	// Key names the key a refusal (CodeLimitExceeded, CodePaused) is
+	// about, when the request named several.
+	Key string
 }
 
 type SetLimitReq struct {
@@ -93,41 +100,85 @@ type LeaseResp struct {
 	Msg   string
 }
 
+// Encode writes the first want, the maximum wait and then, only when there
+// are more, their count and each: a reservation of one key is the bytes it
+// always was, and a leader of a build without ReserveAll refuses a longer
+// one (trailing bytes) rather than grant its first key alone.
 func (m ReserveReq) Encode() []byte {
-	b := make([]byte, 0, 16+len(m.Key))
+	b := make([]byte, 0, 16+len(m.Wants)*24)
 	b = append(b, Version)
-	b = appendString(b, m.Key)
-	b = binary.AppendUvarint(b, uint64(m.Count))
-	return binary.AppendVarint(b, int64(m.MaxWait))
+	if len(m.Wants) == 0 {
+		m.Wants = []raftpace.Want{{}} // refused by the decoder (count 0)
+	}
+	b = appendWant(b, m.Wants[0])
+	b = binary.AppendVarint(b, int64(m.MaxWait))
+	if more := m.Wants[1:]; len(more) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(more)))
+		for _, w := range more {
+			b = appendWant(b, w)
+		}
+	}
+	return b
+}
+
+func appendWant(b []byte, w raftpace.Want) []byte {
+	b = appendString(b, w.Key)
+	return binary.AppendUvarint(b, uint64(max(w.Count, 0)))
+}
+
+func (r *reader) want() raftpace.Want {
+	w := raftpace.Want{Key: r.string(fsm.MaxKeyLen)}
+	count := r.uvarint()
+	if count < 1 || count > math.MaxInt32 {
+		r.fail()
+		return raftpace.Want{}
+	}
+	w.Count = int(count)
+	return w
 }
 
 func DecodeReserveReq(b []byte) (ReserveReq, error) {
 	r := reader{b: b}
 	r.start()
-	m := ReserveReq{Key: r.string(fsm.MaxKeyLen)}
-	count := r.uvarint()
+	m := ReserveReq{Wants: []raftpace.Want{r.want()}}
 	m.MaxWait = time.Duration(r.varint())
+	if r.err == nil && len(r.b) > 0 {
+		more := r.uvarint()
+		if more < 1 || more >= raftpace.MaxWants {
+			r.fail()
+		}
+		for i := uint64(0); r.err == nil && i < more; i++ {
+			m.Wants = append(m.Wants, r.want())
+		}
+	}
 	if err := r.done(); err != nil {
 		return ReserveReq{}, err
 	}
-	if count < 1 || count > math.MaxInt32 {
-		return ReserveReq{}, fmt.Errorf("%w: count %d", ErrBadRPC, count)
-	}
-	m.Count = int(count)
 	return m, nil
 }
 
+// Encode ends with the key only when one is named (a refusal of a
+// reservation of several keys), so other answers are the bytes they were.
 func (m ReserveResp) Encode() []byte {
 	b := []byte{Version, m.Code}
 	b = binary.AppendVarint(b, int64(m.Wait))
 	b = binary.AppendVarint(b, int64(m.Held))
-	return appendString(b, m.Msg)
+	b = appendString(b, m.Msg)
+	if m.Key != "" {
+		b = appendString(b, m.Key)
+	}
+	return b
 }
 
 func DecodeReserveResp(b []byte) (ReserveResp, error) {
 	r := reader{b: b}
 	r.start()
 	m := ReserveResp{Code: r.byte(), Wait: time.Duration(r.varint()), Held: time.Duration(r.varint()), Msg: r.string(MaxMsgLen)}
+	if r.err == nil && len(r.b) > 0 {
+		if m.Key = r.string(fsm.MaxKeyLen); m.Key == "" {
+			r.fail()
+		}
+	}
 	if err := r.done(); err != nil {
 		return ReserveResp{}, err
 	}
@@ -309,3 +360,36 @@ type Lease struct {
 
 // Slot returns slot i's offset from the grant.
 func (l Lease) Slot(i int) int64 { return max(0, l.Base+int64(i)*l.Spacing) }
+
+// CheckWants reports what is wrong with the wants of one reservation: 1
+// to raftpace.MaxWants keys that may name events, each once, each count
+// at least 1. Every entry point checks them here (a node's caller, the
+// leader's RPC).
+func CheckWants(wants []raftpace.Want) error {
+	if len(wants) == 0 || len(wants) > raftpace.MaxWants {
+		return fmt.Errorf("%d keys: a reservation names 1 to %d", len(wants), raftpace.MaxWants)
+	}
+	for i, w := range wants {
+		if err := fsm.ValidateEventKey(w.Key); err != nil {
+			return err
+		}
+		if w.Count < 1 {
+			return fmt.Errorf("key %q: count %d must be at least 1", w.Key, w.Count)
+		}
+		for _, o := range wants[:i] {
+			if o.Key == w.Key {
+				return fmt.Errorf("key %q named twice: ask for its events together (a count of %d)", w.Key, o.Count+w.Count)
+			}
+		}
+	}
+	return nil
+}
+
+// KeysOf names the keys of a reservation in messages: "a" or "a", "b".
+func KeysOf(wants []raftpace.Want) string {
+	q := make([]string, len(wants))
+	for i, w := range wants {
+		q[i] = strconv.Quote(w.Key)
+	}
+	return strings.Join(q, ", ")
+}

@@ -1,0 +1,145 @@
+package pacer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/gcra"
+	"github.com/raftpace/raftpace/node/wire"
+)
+
+// ReserveAll grants every want (Count events of Key; the keys distinct, as
+// wire.CheckWants checks) at one instant, or none: it consumes nothing
+// when any key would make the caller wait past maxWait, is unknown, or
+// asks more than its burst. It returns the wait measured from the moment
+// of the grant, and how long the request was held before it (see hold).
+// It blocks only while a key's horizon is being extended or its share
+// does not reach the slots yet.
+//
+// The instant is the latest of the keys' own earliest starts; every key
+// is granted as a GCRA request arriving then. An arrival later than the
+// real one is still a GCRA arrival: each event stays within tau before
+// the virtual slot it took, and the slots of one key never overlap, so
+// each key's ceiling holds whatever the other keys of the request did to
+// its start (node/DESIGN.md, "Several keys, one event").
+func (p *Pacer) ReserveAll(ctx context.Context, done <-chan struct{}, wants []raftpace.Want, maxWait time.Duration) (wait, held time.Duration, err error) {
+	h := p.newHold(maxWait)
+	g := make([]allGrant, len(wants))
+	for {
+		p.mu.Lock()
+		if !p.leading {
+			p.mu.Unlock()
+			return 0, 0, wire.ErrNotLeader
+		}
+		for i, w := range wants {
+			ks := p.keyLocked(w.Key)
+			if ks == nil || !ks.hasLimit {
+				p.mu.Unlock()
+				return 0, 0, fmt.Errorf("node: reserve %q: %w", w.Key, raftpace.ErrUnknownKey)
+			}
+			g[i] = allGrant{want: w, ks: ks}
+		}
+		shareCh := p.shareWait() // before F is read: see awaitShare
+		now := p.now()
+		at, last, short, err := p.instant(g, now)
+		if err != nil {
+			p.mu.Unlock()
+			return 0, 0, err
+		}
+		if short >= 0 {
+			ks := g[short].ks
+			if err := p.awaitShare(ks, g[short].want.Key, now, max(now, ks.tat), maxWait, h, shareCh, ctx, done); err != nil {
+				return 0, 0, err
+			}
+			continue
+		}
+		wait := time.Duration(at - now)
+		if wait > maxWait {
+			p.mu.Unlock()
+			return 0, 0, &raftpace.LimitExceededError{Key: g[last].want.Key, Wait: wait, MaxWait: maxWait}
+		}
+		var ch <-chan struct{} // a key's horizon falls short: wait for it
+		for i := range g {
+			ks := g[i].ks
+			if g[i].tat-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
+				p.mu.Unlock()
+				return 0, 0, &raftpace.LimitExceededError{Key: g[i].want.Key, Wait: wait, MaxWait: maxWait}
+			}
+			ks.demand = now
+			if g[i].tat > ks.horizon {
+				ks.need = max(ks.need, g[i].tat)
+				if ch == nil {
+					ch = ks.changed
+				}
+			}
+		}
+		if ch == nil {
+			for i := range g {
+				ks := g[i].ks
+				ks.tat = g[i].tat
+				if ks.horizon-ks.tat < p.ahead/2 {
+					p.Kick()
+				}
+			}
+			p.mu.Unlock()
+			for _, w := range wants {
+				p.Granted(w.Key, w.Count)
+			}
+			return wait, time.Duration(now - h.entry), nil
+		}
+		p.mu.Unlock()
+		p.Kick()
+		if err := p.wait(h.horizon, ch, ctx, done, g[0].want.Key, "its horizon", wire.ErrRetry); err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
+// allGrant is one key of a ReserveAll: its state and the TAT a grant at
+// the common instant leaves it.
+type allGrant struct {
+	want raftpace.Want
+	ks   *keyState
+	tat  int64
+}
+
+// instant finds the common instant of a ReserveAll at now (p.mu held):
+// the latest of the keys' earliest starts, each key paced at the F its
+// claim from that instant reaches. A later instant may reach a smaller F
+// and so a later start; both only grow, so the rounds end. It fills each
+// grant's TAT, and returns the key that set the instant (last), or the
+// key whose share does not reach its slots (short >= 0), or an error for
+// a count the key's burst refuses.
+func (p *Pacer) instant(g []allGrant, now int64) (at int64, last, short int, err error) {
+	at = now
+	for round := 0; round < maxSettle; round++ {
+		latest := at // every start is at least at; last moves only with a later one
+		for i := range g {
+			ks, n := g[i].ks, g[i].want.Count
+			params, ok := p.settle(ks, now, func(q gcra.Params) int64 {
+				_, end, _ := gcra.Reserve(ks.tat, q, at, n) // an error is the call's below
+				return end
+			})
+			if !ok {
+				return 0, 0, i, nil
+			}
+			start, tat, err := gcra.Reserve(ks.tat, params, at, n)
+			if err != nil {
+				return 0, 0, -1, fmt.Errorf("node: reserve %q: %w: %w", g[i].want.Key, raftpace.ErrInvalidRequest, err)
+			}
+			g[i].tat = tat
+			if start > latest {
+				latest, last = start, i
+			}
+		}
+		if latest == at {
+			return at, last, -1, nil
+		}
+		at = latest
+	}
+	// Not settled (F kept falling): as a share that does not reach.
+	return 0, 0, 0, nil
+}
