@@ -1,6 +1,10 @@
 package raftpace
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Reservation is a grant of events: they may go at At, and must go no
 // later than UseBy. Both are readings of this host's clock (with monotonic
@@ -34,3 +38,12 @@ type Want struct {
 
 // MaxWants is the most keys one reservation may name.
 const MaxWants = 16
+
+// KeysOf names the keys of wants in messages: "a" or "a", "b".
+func KeysOf(wants []Want) string {
+	q := make([]string, len(wants))
+	for i, w := range wants {
+		q[i] = strconv.Quote(w.Key)
+	}
+	return strings.Join(q, ", ")
+}

@@ -39,6 +39,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/raftpace/raftpace"
@@ -102,12 +103,18 @@ type Slot = raftpace.Slot
 // Reservation is a grant: use the events at At, and no later than UseBy.
 type Reservation = raftpace.Reservation
 
+// Want is one key of a reservation over several keys: Count events of
+// Key (WaitAll, ReserveAll).
+type Want = raftpace.Want
+
 // Backend grants reservations, pauses and concurrency slots, and stores
 // limits and caps. *node.Node implements it; its methods document the
 // semantics. Reserve must hold a caller while the key is paused (or return
 // a *raftpace.PausedError past maxWait): Wait relies on it to obey pauses.
 type Backend interface {
-	Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (raftpace.Reservation, error)
+	// ReserveAll grants the events of every want at one instant, or
+	// consumes none (a reservation of one key is the list of one).
+	ReserveAll(ctx context.Context, wants []raftpace.Want, maxWait time.Duration) (raftpace.Reservation, error)
 	Forfeit(raftpace.Reservation)
 	SetLimit(ctx context.Context, key string, lim fsm.Limit) error
 	Limit(ctx context.Context, key string) (fsm.Limit, error)
@@ -158,6 +165,18 @@ func (c *Client) Wait(ctx context.Context, key string) error { return c.WaitN(ct
 // it forfeits the slot and reserves again; so it does if the key was paused
 // (Pause) while it slept.
 func (c *Client) WaitN(ctx context.Context, key string, n int) error {
+	return c.WaitAll(ctx, Want{Key: key, Count: n})
+}
+
+// WaitAll blocks until the events of every want may go at once, each key
+// within its own limit (an event that must respect a tenant's limit and a
+// global one, say). It is WaitN over several keys, with the same rules:
+// nothing is consumed on any key while the wait would pass the context's
+// deadline, and a refusal names the key that set the wait. No slot of one
+// key is held while another is awaited: the leader grants all at one
+// instant, in one request.
+func (c *Client) WaitAll(ctx context.Context, wants ...Want) error {
+	what := "wait " + raftpace.KeysOf(wants)
 	var deadline time.Time
 	if dl, ok := ctx.Deadline(); ok {
 		deadline = dl
@@ -167,11 +186,11 @@ func (c *Client) WaitN(ctx context.Context, key string, n int) error {
 	for {
 		maxWait := time.Until(deadline)
 		if maxWait < 0 {
-			return fmt.Errorf("client: wait %q: %w", key, context.DeadlineExceeded)
+			return fmt.Errorf("client: %s: %w", what, context.DeadlineExceeded)
 		}
-		r, err := c.b.Reserve(ctx, key, n, maxWait)
+		r, err := c.b.ReserveAll(ctx, wants, maxWait)
 		if err != nil {
-			return fmt.Errorf("client: wait %q: %w", key, err)
+			return fmt.Errorf("client: %s: %w", what, err)
 		}
 		if d := time.Until(r.At); d > 0 {
 			t := time.NewTimer(d)
@@ -180,12 +199,13 @@ func (c *Client) WaitN(ctx context.Context, key string, n int) error {
 			case <-ctx.Done():
 				t.Stop()
 				c.b.Forfeit(r)
-				return fmt.Errorf("client: wait %q: %w", key, ctx.Err())
+				return fmt.Errorf("client: %s: %w", what, ctx.Err())
 			}
 		}
-		// A refusal may have paused the key while this caller slept: its
-		// slot then goes unused, and Reserve holds it until the pause ends.
-		if c.b.PausedFor(key) > 0 {
+		// A refusal may have paused a key while this caller slept: its
+		// slot then goes unused, and ReserveAll holds it until the pause
+		// ends.
+		if slices.ContainsFunc(wants, func(w Want) bool { return c.b.PausedFor(w.Key) > 0 }) {
 			c.b.Forfeit(r)
 			continue
 		}
@@ -212,9 +232,16 @@ func (c *Client) Reserve(ctx context.Context, key string, maxWait time.Duration)
 // ReserveN reserves n events used at once and returns the grant: use them at
 // r.At, no later than r.UseBy (else call Forfeit and reserve again).
 func (c *Client) ReserveN(ctx context.Context, key string, n int, maxWait time.Duration) (Reservation, error) {
-	r, err := c.b.Reserve(ctx, key, n, maxWait)
+	return c.ReserveAll(ctx, maxWait, Want{Key: key, Count: n})
+}
+
+// ReserveAll reserves the events of every want, to be used at once at
+// r.At, no later than r.UseBy: all of them, or (when the wait would
+// exceed maxWait, or a key is unknown) none, with an error naming the key.
+func (c *Client) ReserveAll(ctx context.Context, maxWait time.Duration, wants ...Want) (Reservation, error) {
+	r, err := c.b.ReserveAll(ctx, wants, maxWait)
 	if err != nil {
-		return Reservation{}, fmt.Errorf("client: reserve %q: %w", key, err)
+		return Reservation{}, fmt.Errorf("client: reserve %s: %w", raftpace.KeysOf(wants), err)
 	}
 	return r, nil
 }

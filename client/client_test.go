@@ -21,7 +21,7 @@ type fakeBackend struct {
 	forfeited int
 }
 
-func (f *fakeBackend) Reserve(_ context.Context, key string, count int, maxWait time.Duration) (raftpace.Reservation, error) {
+func (f *fakeBackend) ReserveAll(_ context.Context, _ []raftpace.Want, maxWait time.Duration) (raftpace.Reservation, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.maxWaits = append(f.maxWaits, maxWait)

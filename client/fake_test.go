@@ -66,7 +66,8 @@ func (m *memBackend) record(s string) {
 	m.calls = append(m.calls, s)
 }
 
-func (m *memBackend) Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (raftpace.Reservation, error) {
+func (m *memBackend) ReserveAll(ctx context.Context, wants []raftpace.Want, maxWait time.Duration) (raftpace.Reservation, error) {
+	key := wants[0].Key // the transport reserves one key at a time
 	m.mu.Lock()
 	m.record("reserve " + key)
 	if m.reserveErr != nil {

@@ -78,7 +78,7 @@ func (n *Node) admit(ctx context.Context, wants []raftpace.Want, gateBy, limitBy
 			return raftpace.Reservation{}, raftpace.ErrClosed
 		}
 		if n.departing.Load() {
-			return raftpace.Reservation{}, fmt.Errorf("node: reserve %s: %w (leaving the cluster)", wire.KeysOf(wants), raftpace.ErrClosed)
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %s: %w (leaving the cluster)", raftpace.KeysOf(wants), raftpace.ErrClosed)
 		}
 		for _, w := range wants {
 			if err := n.gate.Wait(ctx, w.Key, max(0, time.Until(gateBy))); err != nil {
@@ -90,7 +90,7 @@ func (n *Node) admit(ctx context.Context, wants []raftpace.Want, gateBy, limitBy
 			switch {
 			case errors.Is(err, errPoolPending):
 				if err := sleepCtx(ctx, n.ctx, 20*time.Millisecond); err != nil {
-					return raftpace.Reservation{}, fmt.Errorf("node: reserve %s: %w", wire.KeysOf(wants), err)
+					return raftpace.Reservation{}, fmt.Errorf("node: reserve %s: %w", raftpace.KeysOf(wants), err)
 				}
 				continue
 			case !errors.Is(err, wire.ErrNotLeader):
@@ -128,7 +128,7 @@ func (n *Node) reserveRaft(ctx context.Context, wants []raftpace.Want, maxWait t
 	if len(wants) == 1 && wants[0].Count == 1 && !n.cfg.DisableLeases {
 		return n.leases.Reserve(ctx, wants[0].Key, maxWait)
 	}
-	what := wire.KeysOf(wants)
+	what := raftpace.KeysOf(wants)
 	begin := time.Now()
 	backoff := retryBackoffMin
 	var lastErr error
@@ -192,7 +192,7 @@ func (n *Node) Forfeit(raftpace.Reservation) { n.stats.forfeited.Add(1) }
 // forwardReserve asks the leader for every want at one instant by the one
 // path to the leader (leadercall.go).
 func (n *Node) forwardReserve(ctx context.Context, wants []raftpace.Want, maxWait time.Duration) (wait, held time.Duration, err error) {
-	what := "reserve " + wire.KeysOf(wants)
+	what := "reserve " + raftpace.KeysOf(wants)
 	var resp wire.ReserveResp
 	err = n.callLeaderWithin(ctx, what, wire.MethodReserve, wire.ReserveReq{Wants: wants, MaxWait: maxWait}.Encode(), maxWait, func(raw []byte) (err error) {
 		resp, err = wire.DecodeReserveResp(raw)

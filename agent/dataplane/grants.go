@@ -12,12 +12,20 @@ import (
 )
 
 // ReserveRequest is the body of POST /v1/reserve/KEY and /v1/wait/KEY
-// (Timeout for wait, MaxWait for reserve). Pointers tell an absent field
-// from a zero one.
+// (Timeout for wait, MaxWait for reserve), and of POST /v1/reserve and
+// /v1/wait, which name their keys in Keys instead (each with its own n).
+// Pointers tell an absent field from a zero one.
 type ReserveRequest struct {
-	N       *int     `json:"n,omitempty"`
-	MaxWait *float64 `json:"max_wait,omitempty"`
-	Timeout *float64 `json:"timeout,omitempty"`
+	N       *int       `json:"n,omitempty"`
+	Keys    []WantBody `json:"keys,omitempty"`
+	MaxWait *float64   `json:"max_wait,omitempty"`
+	Timeout *float64   `json:"timeout,omitempty"`
+}
+
+// WantBody is one key of a reservation over several keys.
+type WantBody struct {
+	Key string `json:"key"`
+	N   *int   `json:"n,omitempty"`
 }
 
 // Grant is the answer of a granted reserve or wait: seconds on the
@@ -51,6 +59,40 @@ func count(w http.ResponseWriter, n *int) (int, bool) {
 	return *n, true
 }
 
+// wantsOf reads the keys of a reservation: key from the path with the
+// body's "n", or (key "") the body's "keys", each with its own "n".
+func wantsOf(w http.ResponseWriter, key string, req ReserveRequest) ([]raftpace.Want, bool) {
+	if key != "" {
+		if req.Keys != nil {
+			invalid(w, "keys", `field "keys" belongs to POST /v1/reserve and /v1/wait without a key in the path`)
+			return nil, false
+		}
+		n, ok := count(w, req.N)
+		return []raftpace.Want{{Key: key, Count: n}}, ok
+	}
+	if req.N != nil {
+		invalid(w, "n", `field "n" goes inside each entry of "keys"`)
+		return nil, false
+	}
+	if len(req.Keys) == 0 || len(req.Keys) > raftpace.MaxWants {
+		invalid(w, "keys", fmt.Sprintf(`field "keys" must list 1 to %d keys, each {"key": KEY, "n": N}; got %d`, raftpace.MaxWants, len(req.Keys)))
+		return nil, false
+	}
+	wants := make([]raftpace.Want, len(req.Keys))
+	for i, k := range req.Keys {
+		if err := fsm.ValidateKey(k.Key); err != nil {
+			invalid(w, "keys", fmt.Sprintf("keys[%d]: %v", i, err))
+			return nil, false
+		}
+		n, ok := count(w, k.N)
+		if !ok {
+			return nil, false
+		}
+		wants[i] = raftpace.Want{Key: k.Key, Count: n}
+	}
+	return wants, true
+}
+
 // reserve serves /v1/reserve (hold false: answer at once) and /v1/wait
 // (hold true: reserve with max_wait = timeout, hold the request until the
 // slot's time and answer wait 0; a caller that hangs up meanwhile
@@ -69,7 +111,7 @@ func (h *handler) reserve(w http.ResponseWriter, r *http.Request, key string, re
 		invalid(w, absent, fmt.Sprintf("field %q belongs to the other route; this one takes %q", absent, field))
 		return
 	}
-	n, ok := count(w, req.N)
+	wants, ok := wantsOf(w, key, req)
 	if !ok {
 		return
 	}
@@ -88,7 +130,7 @@ func (h *handler) reserve(w http.ResponseWriter, r *http.Request, key string, re
 	defer cancel()
 	deadline := receipt.Add(maxWait)
 	for range lateAttempts {
-		res, err := h.n.Reserve(ctx, key, n, max(0, time.Until(deadline)))
+		res, err := h.n.ReserveAll(ctx, wants, max(0, time.Until(deadline)))
 		if err != nil {
 			nodeError(w, err, "n")
 			return
@@ -100,7 +142,7 @@ func (h *handler) reserve(w http.ResponseWriter, r *http.Request, key string, re
 			case <-ctx.Done():
 				t.Stop()
 				h.n.Forfeit(res)
-				nodeError(w, fmt.Errorf("wait %q: %w", key, ctx.Err()), "")
+				nodeError(w, fmt.Errorf("wait %s: %w", raftpace.KeysOf(wants), ctx.Err()), "")
 				return
 			}
 		}

@@ -19,7 +19,7 @@ import (
 
 // Node is what the data plane needs from a node. *node.Node implements it.
 type Node interface {
-	Reserve(ctx context.Context, key string, count int, maxWait time.Duration) (raftpace.Reservation, error)
+	ReserveAll(ctx context.Context, wants []raftpace.Want, maxWait time.Duration) (raftpace.Reservation, error)
 	Forfeit(raftpace.Reservation)
 	Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error)
 	PausedFor(key string) time.Duration
@@ -84,6 +84,9 @@ const (
 	pausesPrefix  = "/v1/pauses/"
 	slotsPath     = "/v1/slots"
 	slotsPrefix   = "/v1/slots/"
+	// A reservation over several keys names them in its body.
+	reserveAllPath = "/v1/reserve"
+	waitAllPath    = "/v1/wait"
 	limitsPrefix  = "/v1/limits/"
 )
 
@@ -95,7 +98,7 @@ func Serves(path string) bool {
 			return true
 		}
 	}
-	return path == slotsPath
+	return path == slotsPath || path == reserveAllPath || path == waitAllPath
 }
 
 type handler struct {
@@ -127,6 +130,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return k, true
 	}
 	switch {
+	case path == reserveAllPath || path == waitAllPath:
+		if allow(w, r, http.MethodPost) {
+			h.reserve(w, r, "", receipt, path == waitAllPath)
+		}
 	case strings.HasPrefix(path, reservePrefix):
 		if allow(w, r, http.MethodPost) {
 			if k, ok := key(reservePrefix); ok {
@@ -261,10 +268,10 @@ func nodeError(w http.ResponseWriter, err error, field string) {
 	switch {
 	case errors.As(err, &pe):
 		retryAfter(w, pe.Remaining)
-		writeErr(w, http.StatusTooManyRequests, "paused", msg, map[string]any{"remaining": secs(pe.Remaining, true)})
+		writeErr(w, http.StatusTooManyRequests, "paused", msg, map[string]any{"remaining": secs(pe.Remaining, true), "key": pe.Key})
 	case errors.As(err, &le):
 		retryAfter(w, le.Wait)
-		writeErr(w, http.StatusTooManyRequests, "limit_exceeded", msg, map[string]any{"wait": secs(le.Wait, true)})
+		writeErr(w, http.StatusTooManyRequests, "limit_exceeded", msg, map[string]any{"wait": secs(le.Wait, true), "key": le.Key})
 	case errors.Is(err, raftpace.ErrLimitExceeded):
 		w.Header().Set("Retry-After", "1")
 		writeErr(w, http.StatusTooManyRequests, "limit_exceeded", msg, nil)

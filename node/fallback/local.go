@@ -56,7 +56,7 @@ func (fb *Fallback) heard(sent int64, fenced bool) {
 // one), at one instant that satisfies every key (as the leader's pacer
 // does), or none.
 func (fb *Fallback) ReserveAll(wants []raftpace.Want, maxWait time.Duration) (raftpace.Reservation, error) {
-	what := wire.KeysOf(wants)
+	what := raftpace.KeysOf(wants)
 	lims := make([]fsm.Limit, len(wants))
 	for i, w := range wants {
 		lim, ok := fb.d.State.Limit(w.Key)

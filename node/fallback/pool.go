@@ -9,7 +9,6 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/pgstore"
-	"github.com/raftpace/raftpace/node/wire"
 )
 
 // The pool registration outlives its last renewal by PoolTTL; a pooled
@@ -134,7 +133,7 @@ func (fb *Fallback) reservePooled(wants []raftpace.Want, lims []fsm.Limit, maxWa
 	for i, w := range wants {
 		pw[i] = pgstore.PoolWant{Key: w.Key, Limit: lims[i], Count: w.Count}
 	}
-	what := wire.KeysOf(wants)
+	what := raftpace.KeysOf(wants)
 	sent := fb.d.Now()
 	wait, err := fb.d.Pool.Reserve(ctx, pw, min(maxWait, PoolMaxWait))
 	recv := fb.d.Now()

@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/raftpace/raftpace"
@@ -383,13 +381,4 @@ func CheckWants(wants []raftpace.Want) error {
 		}
 	}
 	return nil
-}
-
-// KeysOf names the keys of a reservation in messages: "a" or "a", "b".
-func KeysOf(wants []raftpace.Want) string {
-	q := make([]string, len(wants))
-	for i, w := range wants {
-		q[i] = strconv.Quote(w.Key)
-	}
-	return strings.Join(q, ", ")
 }
