@@ -87,7 +87,7 @@ const (
 	// A reservation over several keys names them in its body.
 	reserveAllPath = "/v1/reserve"
 	waitAllPath    = "/v1/wait"
-	limitsPrefix  = "/v1/limits/"
+	limitsPrefix   = "/v1/limits/"
 )
 
 // Serves reports whether path is one of the data plane's own routes (not
