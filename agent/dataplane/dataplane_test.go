@@ -155,6 +155,32 @@ func TestReserve(t *testing.T) {
 	p.call("GET", "/v1/limits/nope", "", 404, "unknown_key")
 }
 
+// POST /v1/reserve and /v1/wait without a key take several keys in the
+// body: granted at one instant, or refused naming the key, consuming none.
+func TestReserveAll(t *testing.T) {
+	p := newPlane(t)
+	p.limit("tenant:a", 10, 1)
+	p.limit("global", 2, 1)
+	both := `{"keys":[{"key":"tenant:a"},{"key":"global","n":1}],"max_wait":0}`
+	grant(t, p.call("POST", "/v1/reserve", both, 200, ""))
+	a := p.call("POST", "/v1/reserve", both, 429, "limit_exceeded")
+	if a.body["key"] != "global" || a.num("wait") < 0.3 {
+		t.Fatalf("second of both at once: %s; want global named, about 0.5s", a.raw)
+	}
+	// The refusal took nothing of tenant:a: its next slot is 0.1 s after
+	// the grant, not after the refusal's would-be slot.
+	wait, _, _ := grant(t, p.call("POST", "/v1/reserve/tenant:a", `{"max_wait":1}`, 200, ""))
+	if wait > 0.15 {
+		t.Fatalf("tenant:a after the refusal: wait %v, want at most 0.1s", wait)
+	}
+	// /v1/wait holds the request until the instant both allow.
+	a = p.call("POST", "/v1/wait", `{"keys":[{"key":"tenant:a"},{"key":"global"}],"timeout":2}`, 200, "")
+	if w, _, held := grant(t, a); w != 0 || held < 0.2 {
+		t.Fatalf("wait for both: %s; want wait 0 after about 0.5s held", a.raw)
+	}
+	p.call("POST", "/v1/reserve", `{"keys":[{"key":"tenant:a"},{"key":"nope"}],"max_wait":1}`, 404, "unknown_key")
+}
+
 func TestInvalid(t *testing.T) {
 	p := newPlane(t)
 	p.limit("k", 10, 1)
@@ -171,6 +197,15 @@ func TestInvalid(t *testing.T) {
 		{"POST", "/v1/reserve/k", `{"n":1`, "body"},
 		{"POST", "/v1/reserve/k", `{"n":` + strings.Repeat(" ", 70<<10) + `1}`, "body"},
 		{"POST", "/v1/reserve/", `{}`, "key"},
+		{"POST", "/v1/reserve", `{}`, "keys"},
+		{"POST", "/v1/reserve", `{"keys":[]}`, "keys"},
+		{"POST", "/v1/reserve", `{"keys":[{"key":""}]}`, "keys"},
+		{"POST", "/v1/reserve", `{"keys":[{"key":"k","n":0}]}`, "n"},
+		{"POST", "/v1/reserve", `{"keys":[{"key":"k"}],"n":2}`, "n"},
+		{"POST", "/v1/reserve", `{"keys":[{"key":"k","bogus":1}]}`, "bogus"},
+		{"POST", "/v1/reserve", `{"keys":[{"key":"k"},{"key":"k"}]}`, "keys"},
+		{"POST", "/v1/reserve/k", `{"keys":[{"key":"k"}]}`, "keys"},
+		{"POST", "/v1/wait", `{"keys":[{"key":"k"}],"max_wait":1}`, "max_wait"},
 		{"POST", "/v1/reserve/" + strings.Repeat("x", 300), `{}`, "key"},
 		{"POST", "/v1/wait/k", `{"timeout":601}`, "timeout"},
 		{"POST", "/v1/wait/k", `{"max_wait":1}`, "max_wait"},

@@ -132,7 +132,11 @@ func (h *handler) reserve(w http.ResponseWriter, r *http.Request, key string, re
 	for range lateAttempts {
 		res, err := h.n.ReserveAll(ctx, wants, max(0, time.Until(deadline)))
 		if err != nil {
-			nodeError(w, err, "n")
+			field := "n" // the key is the path's, checked: the count is left
+			if key == "" {
+				field = "keys"
+			}
+			nodeError(w, err, field)
 			return
 		}
 		if d := time.Until(res.At); hold && d > 0 {
