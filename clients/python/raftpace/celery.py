@@ -97,7 +97,7 @@ def admit_or_retry(task, client, key, n=1, max_block=1.0):
     """Admits n events of key now (sleeping at most about max_block) or
     raises task.retry(countdown=...) with nothing consumed."""
     try:
-        g = client._usable_grant(key, n, max_block)
+        g = client._usable_grant([(key, n)], max_block)
     except LimitExceeded as e:  # and Paused
         raise task.retry(countdown=_jitter(max(e.wait, 0.01)), exc=e)
     except Unavailable as e:

@@ -49,6 +49,27 @@ def escape_key(key):
     return _quote_key(key)
 
 
+def _wants(wants):
+    # type: (Any) -> List[Tuple[str, int]]
+    """Keys, or (key, n) pairs, as (key, n) pairs."""
+    if isinstance(wants, str):
+        raise TypeError("raftpace: wants is a list of keys or (key, n) pairs, not one key: %r" % (wants,))
+    out = []
+    for w in wants:
+        if isinstance(w, str):
+            out.append((w, 1))
+        else:
+            k, n = w
+            out.append((k, int(n)))
+    if not out:
+        raise InvalidRequest("raftpace: a reservation names at least one key", field="keys")
+    return out
+
+
+def _names(ws):
+    return ", ".join(repr(k) for k, _ in ws)
+
+
 class Grant(object):
     """A granted reservation placed on this process's monotonic clock.
 
@@ -333,18 +354,43 @@ class Client(object):
         except Exception as e:  # the counters are nice to have; the slot is lost anyway
             log.debug("raftpace: forfeit of %r failed: %s", key, e)
 
-    def _usable_grant(self, key, n, max_wait, deadline=None):
-        # type: (str, int, float, Optional[float]) -> Grant
+    def reserve_all_grant(self, wants, max_wait=0.0):
+        # type: (Any, float) -> Grant
+        """One reservation over several keys: a Grant for all, or none consumed.
+
+        ``wants`` lists keys, or ``(key, n)`` pairs (1 to 16 keys, each once).
+        The events of every key are granted at one instant that each key's
+        limit allows; LimitExceeded/Paused name the key that refused in
+        ``e.key``. The grant's ``key`` is the tuple of keys.
+        """
+        ws = _wants(wants)
+        if len(ws) == 1:
+            return self.reserve_grant(ws[0][0], ws[0][1], max_wait)
+        body = {"keys": [{"key": k, "n": n} for k, n in ws], "max_wait": float(max_wait)}
+        ans, sent, recv = self._call("POST", "/v1/reserve", body)
+        ans = ans or {}
+        try:
+            return Grant(tuple(k for k, _ in ws), sum(n for _, n in ws), float(ans["wait"]), float(ans["use_by"]),
+                         float(ans.get("held", 0.0)), sent, recv)
+        except (KeyError, TypeError, ValueError):
+            raise Unavailable("raftpace: malformed grant from the agent: %r" % (ans,), code="unreachable")
+
+    def _forfeit_grant(self, ws):
+        # One forfeit per grant, whatever its keys: the agent counts grants.
+        self.forfeit(ws[0][0], ws[0][1])
+
+    def _usable_grant(self, wants, max_wait, deadline=None):
+        # type: (List[Tuple[str, int]], float, Optional[float]) -> Grant
         """A grant whose window can still be met, forfeiting those that cannot."""
         for _ in range(MAX_LATE):
             if deadline is not None:
                 max_wait = min(max_wait, max(0.0, deadline - self._clock()))
-            g = self.reserve_grant(key, n, max_wait)
+            g = self.reserve_all_grant(wants, max_wait)
             if g.usable() and not g.late(max(self._clock(), g.go_at)):
                 return g
-            self.forfeit(key, n)
-        raise Unavailable("raftpace: %d grants for %r in a row came too late to be used (a round trip or a "
-                          "pause longer than the agent's --use-grace)" % (MAX_LATE, key), code="late",
+            self._forfeit_grant(wants)
+        raise Unavailable("raftpace: %d grants for %s in a row came too late to be used (a round trip or a "
+                          "pause longer than the agent's --use-grace)" % (MAX_LATE, _names(wants)), code="late",
                           retry_after=0.1)
 
     def reserve(self, key, n=1, max_wait=0.0):
@@ -356,7 +402,13 @@ class Client(object):
         after the delay, and promptly: a caller that may be late should use
         reserve_grant and check Grant.late itself, or use wait().
         """
-        g = self._usable_grant(key, n, max_wait)
+        g = self._usable_grant([(key, int(n))], max_wait)
+        return g.delay(self._clock())
+
+    def reserve_all(self, wants, max_wait=0.0):
+        # type: (Any, float) -> float
+        """reserve over several keys (see reserve_all_grant): the delay to honour."""
+        g = self._usable_grant(_wants(wants), max_wait)
         return g.delay(self._clock())
 
     def _sleep_until(self, t):
@@ -365,6 +417,16 @@ class Client(object):
             if d <= 0:
                 return
             self._sleep(d)
+
+    def wait_all(self, wants, timeout=None):
+        # type: (Any, Optional[float]) -> None
+        """wait over several keys: returns once the events of every key may go.
+
+        ``wants`` lists keys, or ``(key, n)`` pairs. No key's slot is held
+        while another is awaited: the fleet grants all at one instant, or
+        (LimitExceeded naming the key in ``e.key``) none.
+        """
+        self._wait(_wants(wants), timeout)
 
     def wait(self, key, n=1, timeout=None):
         # type: (str, int, Optional[float]) -> None
@@ -377,6 +439,9 @@ class Client(object):
         ``timeout=None`` waits as long as it takes, reserving at most
         UNBOUNDED_STEP seconds ahead per request.
         """
+        self._wait([(key, int(n))], timeout)
+
+    def _wait(self, ws, timeout):
         deadline = None if timeout is None else self._clock() + max(0.0, float(timeout))
         backoff = _BACKOFF_MIN
         while True:
@@ -384,7 +449,7 @@ class Client(object):
             left = float("inf") if deadline is None else max(0.0, deadline - now)
             step = min(left, UNBOUNDED_STEP)
             try:
-                g = self._usable_grant(key, n, step, deadline)
+                g = self._usable_grant(ws, step, deadline)
             except LimitExceeded as e:  # and Paused
                 hint = e.wait
                 if deadline is not None and (step >= left or hint > left):
@@ -402,7 +467,7 @@ class Client(object):
                 continue
             self._sleep_until(g.go_at)
             if g.late(self._clock()):  # a GC pause or SIGSTOP ate the grace
-                self.forfeit(key, n)
+                self._forfeit_grant(ws)
                 continue
             return
 

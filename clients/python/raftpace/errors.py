@@ -42,12 +42,15 @@ class ConfigError(Error):
 class LimitExceeded(Error):
     """The wait would exceed the caller's maximum. Nothing was consumed.
 
-    ``wait`` is the agent's hint (seconds), not a grant.
+    ``wait`` is the agent's hint (seconds), not a grant; ``key`` names the
+    key that refused (of a reservation over several keys), when the agent
+    said.
     """
 
     def __init__(self, message, code="limit_exceeded", status=429, body=None, wait=0.0):
         super().__init__(message, code, status, body)
         self.wait = float(wait or 0.0)
+        self.key = (body or {}).get("key")
 
 
 class Paused(LimitExceeded):

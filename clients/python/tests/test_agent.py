@@ -45,6 +45,27 @@ class RealAgentTest(unittest.TestCase):
             self.client.reserve("py/limit-é", n=3)
         self.assertEqual(cm.exception.field, "n")
 
+    def test_several_keys_one_event(self):
+        self.set_limit("py-all-tenant", 10, 1)
+        self.set_limit("py-all-global", 2, 1)
+        both = ["py-all-tenant", ("py-all-global", 1)]
+        self.assertEqual(self.client.reserve_all(both, max_wait=1), 0.0)
+        with self.assertRaises(raftpace.LimitExceeded) as cm:
+            self.client.reserve_all(both, max_wait=0)
+        self.assertEqual(cm.exception.key, "py-all-global")
+        self.assertGreater(cm.exception.wait, 0.3)
+        # The refusal consumed nothing of the tenant: its next slot is 0.1 s
+        # after the grant, not after global's.
+        self.assertLessEqual(self.client.reserve("py-all-tenant", max_wait=1), 0.15)
+        t0 = time.monotonic()
+        self.client.wait_all(both, timeout=5)
+        self.assertGreater(time.monotonic() - t0, 0.2)  # global's next slot
+        with self.assertRaises(raftpace.UnknownKey):
+            self.client.reserve_all(["py-all-tenant", "py-no-such-key"], max_wait=1)
+        with self.assertRaises(raftpace.InvalidRequest) as cm:
+            self.client.reserve_all(["py-all-tenant", "py-all-tenant"])
+        self.assertEqual(cm.exception.field, "keys")
+
     def test_unknown_key(self):
         with self.assertRaises(raftpace.UnknownKey):
             self.client.reserve("py-no-such-key")

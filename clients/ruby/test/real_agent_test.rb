@@ -162,6 +162,24 @@ class RealAgentTest < Minitest::Test
     assert_equal "n", e.field
   end
 
+  def test_several_keys_one_event
+    set_limit("rb-all-tenant", 10, 1)
+    set_limit("rb-all-global", 2, 1)
+    both = ["rb-all-tenant", ["rb-all-global", 1]]
+    assert_equal 0.0, @client.reserve_all(both, max_wait: 1)
+    e = assert_raises(Raftpace::LimitExceeded) { @client.reserve_all(both, max_wait: 0) }
+    assert_equal "rb-all-global", e.key
+    assert_operator e.wait, :>, 0.3
+    # The refusal consumed nothing of the tenant.
+    assert_operator @client.reserve("rb-all-tenant", max_wait: 1), :<=, 0.15
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    @client.wait_all(both, timeout: 5)
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0, :>, 0.2
+    assert_raises(Raftpace::UnknownKey) { @client.reserve_all(["rb-all-tenant", "rb-no-such-key"], max_wait: 1) }
+    e = assert_raises(Raftpace::InvalidRequest) { @client.reserve_all(["rb-all-tenant", "rb-all-tenant"]) }
+    assert_equal "keys", e.field
+  end
+
   def test_unknown_key
     assert_raises(Raftpace::UnknownKey) { @client.reserve("rb-no-such-key") }
     e = assert_raises(Raftpace::UnknownKey) { @client.limit("rb-no-such-key") }

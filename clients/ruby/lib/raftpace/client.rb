@@ -22,6 +22,16 @@ module Raftpace
     key.encode(Encoding::UTF_8).b.gsub(/[^A-Za-z0-9\-_.~$&+:=@]/n) { |c| format("%%%02X", c.ord) }
   end
 
+  # Keys, or [key, n] pairs, as [key, n] pairs (a reservation's wants).
+  def self.wants(wants)
+    raise ArgumentError, "wants is a list of keys or [key, n] pairs, not one key: #{wants.inspect}" if wants.is_a?(String)
+
+    ws = Array(wants).map { |w| w.is_a?(String) ? [w, 1] : [w[0], Integer(w[1])] }
+    raise InvalidRequest.new("a reservation names at least one key", field: "keys", status: nil) if ws.empty?
+
+    ws
+  end
+
   # A granted reservation placed on this process's monotonic clock.
   #
   # #go_at = recv + wait: the events go no earlier. #use_by = sent + held +
@@ -198,6 +208,38 @@ module Raftpace
       end
     end
 
+    # One reservation over several keys: a Grant for all, or none consumed.
+    # +wants+ lists keys, or [key, n] pairs (1 to 16 keys, each once). The
+    # events of every key are granted at one instant that each key's limit
+    # allows; LimitExceeded / Paused name the key that refused (#key). The
+    # grant's key is the array of keys.
+    def reserve_all_grant(wants, max_wait: 0)
+      ws = Raftpace.wants(wants)
+      return reserve_grant(ws[0][0], n: ws[0][1], max_wait: max_wait) if ws.size == 1
+
+      body = { "keys" => ws.map { |k, n| { "key" => k, "n" => n } }, "max_wait" => Float(max_wait) }
+      ans, sent, recv = call(:post, "/v1/reserve", body)
+      ans ||= {}
+      begin
+        Grant.new(ws.map(&:first), ws.sum { |_, n| n }, Float(ans.fetch("wait")), Float(ans.fetch("use_by")),
+                  Float(ans.fetch("held", 0.0)), sent, recv)
+      rescue KeyError, TypeError, ArgumentError
+        raise Unavailable.new("raftpace: malformed grant from the agent: #{ans.inspect}", code: "unreachable")
+      end
+    end
+
+    # #reserve over several keys (see #reserve_all_grant): the delay to honour.
+    def reserve_all(wants, max_wait: 0)
+      usable_grant(Raftpace.wants(wants), Float(max_wait)).delay(now)
+    end
+
+    # #wait over several keys: returns once the events of every key may go.
+    # No key's slot is held while another is awaited: the fleet grants all
+    # at one instant, or (LimitExceeded naming the key) none.
+    def wait_all(wants, timeout: nil)
+      wait_for(Raftpace.wants(wants), timeout)
+    end
+
     # Reserves n events; returns the delay (Float seconds from now) to honour.
     #
     # Raises LimitExceeded when the wait would exceed max_wait, Paused when a
@@ -205,7 +247,7 @@ module Raftpace
     # after the delay, and promptly: a caller that may be late should use
     # #reserve_grant and check Grant#late? itself, or use #wait.
     def reserve(key, n: 1, max_wait: 0)
-      g = usable_grant(key, Integer(n), Float(max_wait))
+      g = usable_grant([[key, Integer(n)]], Float(max_wait))
       g.delay(now)
     end
 
@@ -227,14 +269,18 @@ module Raftpace
     # timeout. timeout nil waits as long as it takes, reserving at most
     # UNBOUNDED_STEP seconds ahead per request.
     def wait(key, n: 1, timeout: nil)
-      n = Integer(n)
+      wait_for([[key, Integer(n)]], timeout)
+    end
+
+    # wait and wait_all: ws are [key, n] pairs.
+    private def wait_for(ws, timeout)
       deadline = timeout.nil? ? nil : now + [0.0, Float(timeout)].max
       backoff = BACKOFF_MIN
       loop do
         left = deadline.nil? ? Float::INFINITY : [0.0, deadline - now].max
         step = [left, UNBOUNDED_STEP].min
         begin
-          g = usable_grant(key, n, step, deadline)
+          g = usable_grant(ws, step, deadline)
         rescue LimitExceeded => e # and Paused
           hint = e.wait
           raise if !deadline.nil? && (step >= left || hint > left)
@@ -253,7 +299,7 @@ module Raftpace
         end
         sleep_until(g.go_at)
         if g.late?(now) # a GC pause or SIGSTOP ate the grace
-          forfeit(key, n: n)
+          forfeit(ws[0][0], n: ws[0][1]) # one forfeit per grant: the agent counts grants
           next
         end
         return nil
@@ -356,15 +402,15 @@ module Raftpace
     end
 
     # A grant whose window can still be met, forfeiting those that cannot.
-    def usable_grant(key, n, max_wait, deadline = nil)
+    def usable_grant(ws, max_wait, deadline = nil)
       MAX_LATE.times do
         max_wait = [max_wait, [0.0, deadline - now].max].min unless deadline.nil?
-        g = reserve_grant(key, n: n, max_wait: max_wait)
+        g = reserve_all_grant(ws, max_wait: max_wait)
         return g if g.usable? && !g.late?([now, g.go_at].max)
 
-        forfeit(key, n: n)
+        forfeit(ws[0][0], n: ws[0][1])
       end
-      raise Unavailable.new("raftpace: #{MAX_LATE} grants for #{key.inspect} in a row came too late to be used " \
+      raise Unavailable.new("raftpace: #{MAX_LATE} grants for #{ws.map(&:first).join(', ')} in a row came too late to be used " \
                             "(a round trip or a pause longer than the agent's --use-grace)",
                             code: "late", retry_after: 0.1)
     end

@@ -22,11 +22,14 @@ module Raftpace
   # The wait would exceed the caller's maximum. Nothing was consumed.
   # #wait is the agent's hint in seconds, not a grant.
   class LimitExceeded < Error
-    attr_reader :wait
+    # #key names the key that refused (of a reservation over several keys),
+    # when the agent said.
+    attr_reader :wait, :key
 
     def initialize(message = nil, code: "limit_exceeded", status: 429, body: nil, wait: 0.0)
       super(message, code: code, status: status, body: body)
       @wait = Float(wait || 0.0)
+      @key = body.is_a?(Hash) ? body["key"] : nil
     end
   end
 
