@@ -194,7 +194,7 @@ var agentSections = []cmdline.Section{
 	{Title: "Tuning (the defaults suit one LAN)", Names: []string{"raft-timing", "horizon-ahead", "lease-span", "use-grace", "share-ttl", "fallback-for", "reap-margin", "failed-server-after"}},
 	{Title: "Observability", Names: []string{"log-format", "log-level"}},
 	{Title: "Testing: load generator and unsafe switches (never in production)", Names: []string{
-		"load", "load-rate", "load-duration", "load-max-wait", "load-mode", "load-http", "load-http-workers", "load-report",
+		"load", "load-with", "load-rate", "load-duration", "load-max-wait", "load-mode", "load-http", "load-http-workers", "load-report",
 		"load-slots", "slot-ttl", "slot-hold-min", "slot-hold-max", "slot-workers", "slot-log", "timeline", "timeline-buffer",
 		"no-leases", "unsafe-fallback-full-rate", "unsafe-fresh-start", "unsafe-reclaim-without-fence", "unsafe-spend-expired"}},
 }

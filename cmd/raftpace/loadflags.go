@@ -13,7 +13,7 @@ import (
 // loadFlags are the load generator's flags, shared by agent and
 // bench-worker: one load generator, one set of flags.
 type loadFlags struct {
-	load cmdline.List
+	load, with cmdline.List
 	loadgen.Config
 }
 
@@ -21,6 +21,7 @@ type loadFlags struct {
 // equivalents.
 func (l *loadFlags) register(f *cmdline.Flags, env bool) {
 	f.Var(&l.load, "load", "generate load: `KEY[:CONCURRENCY]` goroutines calling Wait(KEY) in a loop\n(tests and demos; may repeat; in RAFTPACE_LOAD separate with spaces)")
+	f.Var(&l.with, "load-with", "every --load event also reserves one event of `KEY`, in the same reservation\n(ReserveAll: at one instant, or none); recorded under each key. May repeat")
 	f.StringVar(&l.Timeline, "timeline", "", "append each admitted --load event to `FILE` (\"unix_nanos node_id key\" lines)")
 	f.BoolVar(&l.TimelineBuffer, "timeline-buffer", false, "keep --timeline events in memory and append them every 50ms and at exit\n(benchmarks at high rates; a SIGKILL loses up to the last 50ms)")
 	f.Float64Var(&l.Rate, "load-rate", 0, "open loop: offer `R` arrivals per second per key, evenly spaced, to the key's\nworkers through a bounded queue; an arrival that finds it full is shed.\n0: closed loop, each worker reserves again once it has admitted")
@@ -28,7 +29,7 @@ func (l *loadFlags) register(f *cmdline.Flags, env bool) {
 	f.DurationVar(&l.Duration, "load-duration", 0, "stop each key's load `DURATION` after it starts (its limit known); 0: never")
 	f.StringVar(&l.Report, "load-report", "", "at exit, write to `FILE` per key the latency of each reservation call\n(p50, p99, mean, max; the paced sleep excluded) and the admitted and shed\ncounts, as JSON")
 	if env {
-		f.WithEnv("load", "timeline", "timeline-buffer", "load-rate", "load-max-wait", "load-duration", "load-report")
+		f.WithEnv("load", "load-with", "timeline", "timeline-buffer", "load-rate", "load-max-wait", "load-duration", "load-report")
 	}
 }
 
@@ -58,6 +59,11 @@ func (l *loadFlags) validate(bad func(error)) []loadgen.Spec {
 		}
 		seen[s.Key] = true
 		specs = append(specs, s)
+	}
+	if l.With = l.with.Items; len(l.With) > 0 {
+		if err := loadgen.CheckWith(specs, l.With); err != nil {
+			bad(err)
+		}
 	}
 	noLoad := len(l.load.Items) == 0
 	if l.Timeline != "" && noLoad {

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/atomicfile"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/internal/timeline"
@@ -50,6 +52,31 @@ type Config struct {
 	Timeline       string        // the timeline file, "" for none
 	TimelineBuffer bool          // append the timeline in batches
 	Report         string        // the load report file, "" for none
+	With           []string      // Options.With
+}
+
+// CheckWith reports what is wrong with keys every event of specs also
+// reserves (Options.With): each an event's key, given once, none a load's
+// own key, and few enough for one reservation.
+func CheckWith(specs []Spec, with []string) error {
+	if len(specs) == 0 {
+		return fmt.Errorf("--load-with: only meaningful with --load")
+	}
+	if len(with) >= raftpace.MaxWants { // the load's own key takes one place
+		return fmt.Errorf("--load-with: %d keys; an event reserves at most %d with its own", len(with), raftpace.MaxWants-1)
+	}
+	for i, key := range with {
+		if err := fsm.ValidateEventKey(key); err != nil {
+			return fmt.Errorf("--load-with %q: %w", key, err)
+		}
+		if slices.Contains(with[:i], key) {
+			return fmt.Errorf("--load-with %q: given twice", key)
+		}
+		if slices.ContainsFunc(specs, func(s Spec) bool { return s.Key == key }) {
+			return fmt.Errorf("--load-with %q: also a --load key; an event reserves its key once", key)
+		}
+	}
+	return nil
 }
 
 // Options returns the load's options. With a Report and a Duration, the
@@ -60,7 +87,7 @@ type Config struct {
 // for a thousand writes of the whole report, one after another (an agent
 // of the many-keys bench was still writing 15 s after SIGTERM).
 func (c Config) Options(grace time.Duration, nodeID string, log *slog.Logger) Options {
-	o := Options{Rate: c.Rate, MaxWait: c.MaxWait, Duration: c.Duration, Grace: grace}
+	o := Options{Rate: c.Rate, MaxWait: c.MaxWait, Duration: c.Duration, Grace: grace, With: c.With}
 	if c.Report != "" && c.Duration > 0 {
 		var (
 			mu               sync.Mutex

@@ -13,6 +13,7 @@ package loadgen
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -49,6 +50,12 @@ type Reserver interface {
 	Forfeit(client.Reservation)
 }
 
+// AllReserver grants one reservation over several keys (Options.With):
+// *client.Client and the solo pacer.
+type AllReserver interface {
+	ReserveAll(ctx context.Context, maxWait time.Duration, wants ...client.Want) (client.Reservation, error)
+}
+
 const (
 	unknownKeyRetry = 100 * time.Millisecond // while no limit is set
 	limitPoll       = 10 * time.Millisecond  // local check for a key's limit before its load starts
@@ -74,6 +81,10 @@ type Options struct {
 	// KeyDone, if set, is called each time a key's load has ended (its
 	// Duration passed), from that key's goroutine.
 	KeyDone func(*Run)
+	// With are keys every event also reserves one event of, in the same
+	// reservation (ReserveAll: the Reserver must be an AllReserver); each
+	// admitted event is recorded under its own key and under each of them.
+	With []string
 }
 
 // Target is what the load runs against.
@@ -186,12 +197,27 @@ func (r *Run) Report(nodeID string) *bench.LoadReport {
 // run is one key's load: wait for its limit, then run its workers until
 // ctx ends or the duration has passed.
 func (k *keyLoad) run(ctx context.Context, t Target, o Options, rec Recorder, log *slog.Logger) {
-	if t.LimitKnown != nil && !t.LimitKnown(ctx, k.spec.Key) {
-		log.Info("load: no limit set for the key yet; waiting")
-		for !t.LimitKnown(ctx, k.spec.Key) {
+	known := func() bool {
+		for _, key := range append([]string{k.spec.Key}, o.With...) {
+			if !t.LimitKnown(ctx, key) {
+				return false
+			}
+		}
+		return true
+	}
+	if t.LimitKnown != nil && !known() {
+		log.Info("load: no limit set for the key (or a --load-with key) yet; waiting")
+		for !known() {
 			if !loop.Sleep(ctx, limitPoll) {
 				return
 			}
+		}
+	}
+	var wants []client.Want // with o.With: this key's event and one of each
+	if len(o.With) > 0 {
+		wants = []client.Want{{Key: k.spec.Key, Count: 1}}
+		for _, key := range o.With {
+			wants = append(wants, client.Want{Key: key, Count: 1})
 		}
 	}
 	kctx, cancel := ctx, context.CancelFunc(func() {})
@@ -210,7 +236,7 @@ func (k *keyLoad) run(ctx context.Context, t Target, o Options, rec Recorder, lo
 		wg.Go(func() { arrivals(kctx, o.Rate, queue, &k.shedQueue) })
 	}
 	for i := range k.spec.Concurrency {
-		w := &loadWorker{key: k.spec.Key, res: t.Res, rec: rec, k: k, lat: k.lat[i%len(k.lat)], errs: errs}
+		w := &loadWorker{key: k.spec.Key, wants: wants, res: t.Res, rec: rec, k: k, lat: k.lat[i%len(k.lat)], errs: errs}
 		wg.Go(func() {
 			if queue != nil {
 				w.open(kctx, queue, o.MaxWait)
@@ -254,12 +280,13 @@ const maxLatShards = 64
 
 // loadWorker is one load goroutine's view of its key.
 type loadWorker struct {
-	key  string
-	res  Reserver
-	rec  Recorder
-	k    *keyLoad
-	lat  *bench.Histogram
-	errs *throttledLog
+	key   string
+	wants []client.Want // the key's event and one of each Options.With key; nil without
+	res   Reserver
+	rec   Recorder
+	k     *keyLoad
+	lat   *bench.Histogram
+	errs  *throttledLog
 }
 
 // take reserves one event and sleeps until its slot, like client.Wait,
@@ -273,7 +300,7 @@ func (w *loadWorker) take(ctx context.Context, deadline time.Time) error {
 			return &client.LimitExceededError{Key: w.key, MaxWait: maxWait}
 		}
 		t0 := time.Now()
-		r, err := w.res.ReserveN(ctx, w.key, 1, maxWait)
+		r, err := w.reserve(ctx, maxWait)
 		took := time.Since(t0)
 		if err != nil {
 			if errors.Is(err, raftpace.ErrLimitExceeded) {
@@ -294,11 +321,32 @@ func (w *loadWorker) take(ctx context.Context, deadline time.Time) error {
 	}
 }
 
-// admit records an admitted event: it happens now.
+// reserve asks for one event of the key, or (with Options.With) for one
+// of each of its wants in one reservation.
+func (w *loadWorker) reserve(ctx context.Context, maxWait time.Duration) (client.Reservation, error) {
+	if w.wants == nil {
+		return w.res.ReserveN(ctx, w.key, 1, maxWait)
+	}
+	all, ok := w.res.(AllReserver)
+	if !ok {
+		return client.Reservation{}, fmt.Errorf("load: %T cannot reserve several keys at once (--load-with)", w.res)
+	}
+	return all.ReserveAll(ctx, maxWait, w.wants...)
+}
+
+// admit records an admitted event, under each key it reserved: it
+// happens now.
 func (w *loadWorker) admit() {
 	w.k.admitted.Add(1)
-	if err := w.rec.Record(w.key, time.Now()); err != nil {
-		w.errs.log(slog.LevelError, "load: recording the event failed", err)
+	now := time.Now()
+	keys := []string{w.key}
+	for _, x := range w.wants[min(1, len(w.wants)):] {
+		keys = append(keys, x.Key)
+	}
+	for _, key := range keys {
+		if err := w.rec.Record(key, now); err != nil {
+			w.errs.log(slog.LevelError, "load: recording the event failed", err)
+		}
 	}
 }
 

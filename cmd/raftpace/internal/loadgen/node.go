@@ -76,6 +76,23 @@ func (s *soloReserver) ReserveN(ctx context.Context, key string, n int, maxWait 
 	return client.Reservation{At: at, UseBy: at.Add(s.grace)}, nil
 }
 
+// ReserveAll takes each key's slot from its local pacer, one after another
+// (the twin has no leader to grant them at one instant), and answers the
+// latest; none is given back on a refusal: it is the twin.
+func (s *soloReserver) ReserveAll(ctx context.Context, maxWait time.Duration, wants ...client.Want) (client.Reservation, error) {
+	var r client.Reservation
+	for _, w := range wants {
+		one, err := s.ReserveN(ctx, w.Key, w.Count, maxWait)
+		if err != nil {
+			return client.Reservation{}, err
+		}
+		if one.At.After(r.At) {
+			r = one
+		}
+	}
+	return r, nil
+}
+
 func (s *soloReserver) Forfeit(client.Reservation) {}
 
 // soloPacer is a local GCRA on this process's monotonic clock, shared by
