@@ -2,13 +2,10 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hashicorp/raft"
 
-	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node/wire"
 )
@@ -23,8 +20,12 @@ type rpcHandler func(ctx context.Context, req []byte) ([]byte, error)
 func (n *Node) handlers() map[uint8]rpcHandler {
 	leading := func() bool { return n.raft.State() == raft.Leader }
 	return map[uint8]rpcHandler{
-		wire.MethodReserve:      n.serveReserve,
-		wire.MethodLease:        n.serveLease,
+		wire.MethodReserve: func(ctx context.Context, req []byte) ([]byte, error) {
+			return n.pacer.ServeReserve(ctx, n.ctx.Done(), req, n.PausedFor), nil
+		},
+		wire.MethodLease: func(ctx context.Context, req []byte) ([]byte, error) {
+			return n.pacer.ServeLease(ctx, n.ctx.Done(), req, n.PausedFor), nil
+		},
 		wire.MethodShare:        n.serveShare,
 		wire.MethodSetLimit:     n.serveSetLimit,
 		wire.MethodRemoveServer: n.serveRemoveServer,
@@ -52,66 +53,6 @@ func (n *Node) handleRPC(ctx context.Context, method uint8, req []byte) ([]byte,
 		return nil, fmt.Errorf("node: unknown rpc method %d", method)
 	}
 	return h(ctx, req)
-}
-
-func (n *Node) serveReserve(ctx context.Context, req []byte) ([]byte, error) {
-	m, err := wire.DecodeReserveReq(req)
-	if err == nil {
-		err = wire.CheckWants(m.Wants)
-	}
-	if err != nil {
-		return wire.ReserveResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
-	}
-	// Name the key of a refusal only when several were asked: an answer
-	// about one key is the bytes it always was.
-	nameKey := func(key string) string {
-		if len(m.Wants) == 1 {
-			return ""
-		}
-		return key
-	}
-	// A node that has not applied a pause yet (one just restarted, or
-	// lagging) must not be granted a paused key.
-	for _, w := range m.Wants {
-		if p := n.PausedFor(w.Key); p > 0 {
-			return wire.ReserveResp{Code: wire.CodePaused, Wait: p, Key: nameKey(w.Key)}.Encode(), nil
-		}
-	}
-	// The caller's deadline does not travel with the request: bound the
-	// wait for a horizon by the caller's own maximum, so the leader does
-	// not grant a slot long after the follower gave up on it.
-	ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
-	defer cancel()
-	wait, held, err := n.pacer.ReserveAll(ctx, n.ctx.Done(), m.Wants, m.MaxWait)
-	var le *raftpace.LimitExceededError
-	if errors.As(err, &le) {
-		return wire.ReserveResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err), Key: nameKey(le.Key)}.Encode(), nil
-	}
-	return wire.ReserveResp{Code: wire.CodeFor(err), Wait: wait, Held: held, Msg: wire.ErrMsg(err)}.Encode(), nil
-}
-
-func (n *Node) serveLease(ctx context.Context, req []byte) ([]byte, error) {
-	m, err := wire.DecodeLeaseReq(req)
-	if err == nil {
-		err = fsm.ValidateKey(m.Key)
-	}
-	if err == nil {
-		err = fsm.ValidateID(m.Holder)
-	}
-	if err != nil {
-		return wire.LeaseResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode(), nil
-	}
-	if p := n.PausedFor(m.Key); p > 0 {
-		return wire.LeaseResp{Code: wire.CodePaused, Wait: p}.Encode(), nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, max(m.MaxWait, 0)+time.Second)
-	defer cancel()
-	l, err := n.pacer.Lease(ctx, n.ctx.Done(), m.Key, m.Holder, m.Count, m.MaxWait)
-	var le *raftpace.LimitExceededError
-	if errors.As(err, &le) {
-		return wire.LeaseResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode(), nil
-	}
-	return wire.LeaseResp{Code: wire.CodeFor(err), Lease: l, Msg: wire.ErrMsg(err)}.Encode(), nil
 }
 
 func (n *Node) serveShare(_ context.Context, req []byte) ([]byte, error) {

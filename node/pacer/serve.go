@@ -1,0 +1,78 @@
+package pacer
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/raftpace/raftpace"
+	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/wire"
+)
+
+// ServeReserve is the leader's side of wire.MethodReserve: the request's
+// bytes in, the answer's out. pausedFor is the node's refusal gate: a
+// node that has not applied a pause yet (one just restarted, or lagging)
+// must not be granted a paused key.
+func (p *Pacer) ServeReserve(ctx context.Context, done <-chan struct{}, req []byte, pausedFor func(string) time.Duration) []byte {
+	m, err := wire.DecodeReserveReq(req)
+	if err == nil {
+		err = wire.CheckWants(m.Wants)
+	}
+	if err != nil {
+		return wire.ReserveResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode()
+	}
+	// Name the key of a refusal only when several were asked: an answer
+	// about one key is the bytes it always was.
+	nameKey := func(key string) string {
+		if len(m.Wants) == 1 {
+			return ""
+		}
+		return key
+	}
+	for _, w := range m.Wants {
+		if d := pausedFor(w.Key); d > 0 {
+			return wire.ReserveResp{Code: wire.CodePaused, Wait: d, Key: nameKey(w.Key)}.Encode()
+		}
+	}
+	ctx, cancel := callerBound(ctx, m.MaxWait)
+	defer cancel()
+	wait, held, err := p.ReserveAll(ctx, done, m.Wants, m.MaxWait)
+	var le *raftpace.LimitExceededError
+	if errors.As(err, &le) {
+		return wire.ReserveResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err), Key: nameKey(le.Key)}.Encode()
+	}
+	return wire.ReserveResp{Code: wire.CodeFor(err), Wait: wait, Held: held, Msg: wire.ErrMsg(err)}.Encode()
+}
+
+// ServeLease is the leader's side of wire.MethodLease (see ServeReserve).
+func (p *Pacer) ServeLease(ctx context.Context, done <-chan struct{}, req []byte, pausedFor func(string) time.Duration) []byte {
+	m, err := wire.DecodeLeaseReq(req)
+	if err == nil {
+		err = fsm.ValidateKey(m.Key)
+	}
+	if err == nil {
+		err = fsm.ValidateID(m.Holder)
+	}
+	if err != nil {
+		return wire.LeaseResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode()
+	}
+	if d := pausedFor(m.Key); d > 0 {
+		return wire.LeaseResp{Code: wire.CodePaused, Wait: d}.Encode()
+	}
+	ctx, cancel := callerBound(ctx, m.MaxWait)
+	defer cancel()
+	l, err := p.Lease(ctx, done, m.Key, m.Holder, m.Count, m.MaxWait)
+	var le *raftpace.LimitExceededError
+	if errors.As(err, &le) {
+		return wire.LeaseResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode()
+	}
+	return wire.LeaseResp{Code: wire.CodeFor(err), Lease: l, Msg: wire.ErrMsg(err)}.Encode()
+}
+
+// callerBound bounds a request's stay by its caller's maximum wait plus a
+// second: the caller's deadline does not travel with the request, and the
+// leader must not grant a slot long after the caller gave up on it.
+func callerBound(ctx context.Context, maxWait time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, max(maxWait, 0)+time.Second)
+}
