@@ -58,7 +58,9 @@ func (n *Node) newFallback() *fallback.Fallback {
 			LeaveBusy: func(ctx context.Context, id string) (time.Duration, error) {
 				return n.pg.LeavePoolBusy(ctx, id)
 			},
-			Reserve:   n.pg.ReservePooled,
+			Reserve: func(ctx context.Context, wants []fallback.PoolWant, maxWait time.Duration) (time.Duration, error) {
+				return n.pg.ReservePooled(ctx, wants, maxWait) // n.pg is set after this runs
+			},
 			Heartbeat: func(ctx context.Context, id string) (bool, error) { return n.pg.Heartbeat(ctx, id) },
 		}
 	}

@@ -35,9 +35,8 @@ func (n *Node) ReserveAll(ctx context.Context, wants []raftpace.Want, maxWait ti
 	if err := wire.CheckWants(wants); err != nil {
 		return raftpace.Reservation{}, fmt.Errorf("node: reserve: %w: %w", raftpace.ErrInvalidRequest, err)
 	}
-	maxWait = max(maxWait, 0)
 	begin := time.Now()
-	deadline := begin.Add(maxWait)
+	deadline := begin.Add(max(maxWait, 0))
 	var enforced, dry []raftpace.Want
 	for _, w := range wants {
 		if lim, _ := n.state.Limit(w.Key); lim.DryRun {
@@ -62,8 +61,7 @@ func (n *Node) ReserveAll(ctx context.Context, wants []raftpace.Want, maxWait ti
 			return raftpace.Reservation{}, err // paused, closed: not the limit's answer
 		}
 		if len(enforced) == 0 { // admitted now, whatever the limit said
-			now := time.Now()
-			r = raftpace.Reservation{At: now, UseBy: now.Add(n.cfg.UseGrace)}
+			r = raftpace.Reservation{At: time.Now(), UseBy: time.Now().Add(n.cfg.UseGrace)}
 		}
 	}
 	return r, nil

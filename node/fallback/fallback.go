@@ -54,10 +54,13 @@ type Pool struct {
 	LeaveBusy func(ctx context.Context, id string) (time.Duration, error)
 	// Reserve reserves every want on the pool's cursors at one instant
 	// and returns the wait from the answer.
-	Reserve func(ctx context.Context, wants []pgstore.PoolWant, maxWait time.Duration) (time.Duration, error)
+	Reserve func(ctx context.Context, wants []PoolWant, maxWait time.Duration) (time.Duration, error)
 	// Heartbeat tells the witness id is alive; fenced: a leader fenced it.
 	Heartbeat func(ctx context.Context, id string) (fenced bool, err error)
 }
+
+// PoolWant is one key of a pooled reservation (pgstore's).
+type PoolWant = pgstore.PoolWant
 
 // Deps is what a Fallback is given by its node instead of the node.
 type Deps struct {
