@@ -107,39 +107,41 @@ type allGrant struct {
 }
 
 // instant finds the common instant of a ReserveAll at now (p.mu held):
-// the latest of the keys' earliest starts, each key paced at the F its
-// claim from that instant reaches. A later instant may reach a smaller F
-// and so a later start; both only grow, so the rounds end. It fills each
-// grant's TAT, and returns the key that set the instant (last), or the
-// key whose share does not reach its slots (short >= 0), or an error for
-// a count the key's burst refuses.
+// the latest of the keys' earliest starts, each key paced at the F the
+// leader holds now. Every key's claim from that instant must be paced at
+// that F to its end (all but its overrun, see needed): a claim that runs
+// past the shares' reach is not paced at the smaller F held that far
+// ahead, it waits for the next renewal round (short), as a lease's first
+// slot does. Pacing it slower would be safe but self-feeding: with
+// callers queued deeper than the reach, every grant would stretch the
+// queue further, down to the leader's own fraction (a fleet of three
+// fell from 8/s to 2.5/s after a leader's kill until this rule). It
+// fills each grant's TAT and returns the key that set the instant (last),
+// or the key that must wait for its share (short >= 0), or an error for a
+// count the key's burst refuses.
 func (p *Pacer) instant(g []allGrant, now int64) (at int64, last, short int, err error) {
+	params := make([]gcra.Params, len(g))
 	at = now
-	for round := 0; round < maxSettle; round++ {
-		latest := at // every start is at least at; last moves only with a later one
-		for i := range g {
-			ks, n := g[i].ks, g[i].want.Count
-			params, ok := p.settle(ks, now, func(q gcra.Params) int64 {
-				_, end, _ := gcra.Reserve(ks.tat, q, at, n) // an error is the call's below
-				return end
-			})
-			if !ok {
-				return 0, 0, i, nil
-			}
-			start, tat, err := gcra.Reserve(ks.tat, params, at, n)
-			if err != nil {
-				return 0, 0, -1, fmt.Errorf("node: reserve %q: %w: %w", g[i].want.Key, raftpace.ErrInvalidRequest, err)
-			}
-			g[i].tat = tat
-			if start > latest {
-				latest, last = start, i
-			}
+	for i := range g {
+		ks, n := g[i].ks, g[i].want.Count
+		var ok bool
+		if params[i], ok = p.scaled(ks, now, now); !ok {
+			return 0, 0, i, nil
 		}
-		if latest == at {
-			return at, last, -1, nil
+		start, _, err := gcra.Reserve(ks.tat, params[i], now, n)
+		if err != nil {
+			return 0, 0, -1, fmt.Errorf("node: reserve %q: %w: %w", g[i].want.Key, raftpace.ErrInvalidRequest, err)
 		}
-		at = latest
+		if start > at {
+			at, last = start, i
+		}
 	}
-	// Not settled (F kept falling): as a share that does not reach.
-	return 0, 0, 0, nil
+	for i := range g {
+		ks := g[i].ks
+		_, g[i].tat, _ = gcra.Reserve(ks.tat, params[i], at, g[i].want.Count) // checked above
+		if far, ok := p.scaled(ks, now, p.needed(g[i].tat, params[i].Interval)); !ok || far != params[i] {
+			return 0, 0, i, nil
+		}
+	}
+	return at, last, -1, nil
 }
