@@ -10,6 +10,7 @@ import (
 
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // multiPacer is a leading pacer on a settable clock with the given limits
@@ -254,5 +255,48 @@ func TestReserveAll_Ceiling(t *testing.T) {
 func TestReserveAll_CeilingCanFail(t *testing.T) {
 	if worst := ceilingRun(t, 1, true); worst <= 1 {
 		t.Fatalf("tampered run's worst window is %.2f of its bound: the check cannot fail", worst)
+	}
+}
+
+// A claim that runs past the reach of a member's share is not paced at the
+// smaller F held that far ahead: it waits for the round that renews the
+// share, then goes at the F held now. (Paced at the smaller F, callers
+// queued deeper than the reach each stretched the queue further: a fleet
+// fell to its leader's own fraction after a leader's kill.)
+func TestReserveAll_PastTheReachWaitsNotSlower(t *testing.T) {
+	p, s, clock := sharedPacer(t) // "k" at 2/s: one slot per 0.5 s at F = 1
+	now := clock.Load()
+	for _, id := range []string{"a", "b"} {
+		s.Renewed(id, now, now, wire.ShareAnswer{Fraction: 1.0 / 3}) // held to +2 s
+	}
+	s.Renewed("c", now-int64(1500*time.Millisecond), now-int64(1500*time.Millisecond), wire.ShareAnswer{Fraction: 1.0 / 3}) // to +0.5 s
+	p.mu.Lock()
+	p.keys["k"].tat = now + int64(time.Second) // the queue runs 1 s deep, past c's reach
+	p.mu.Unlock()
+	got := make(chan error, 1)
+	go func() {
+		_, _, err := p.ReserveAll(context.Background(), nil, wants("k", 1), time.Minute)
+		got <- err
+	}()
+	time.Sleep(30 * time.Millisecond)
+	select {
+	case err := <-got:
+		t.Fatalf("granted (%v) past c's reach: paced at F = 2/3 instead of waiting for c's renewal", err)
+	default:
+	}
+	s.Renewed("c", now, now, wire.ShareAnswer{Fraction: 1.0 / 3})
+	s.RoundDone()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("still waiting after c's share was renewed")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d := p.keys["k"].tat - now; d != int64(1500*time.Millisecond) {
+		t.Fatalf("TAT moved to +%v; want +1.5s, one interval at F = 1", time.Duration(d))
 	}
 }
