@@ -244,6 +244,13 @@ func (s *State) Horizon(key string) (time.Duration, bool) {
 	return d, ok
 }
 
+// HorizonCount is how many keys have a committed horizon.
+func (s *State) HorizonCount() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.horizons)
+}
+
 // Horizons returns a copy of every committed horizon by key.
 func (s *State) Horizons() map[string]time.Duration {
 	s.mu.RLock()

@@ -20,12 +20,10 @@ func (n *Node) Reserve(ctx context.Context, key string, count int, maxWait time.
 // satisfies each key's limit, or consumes none: if the wait would exceed
 // maxWait it returns a *LimitExceededError naming the key that set it. It
 // works on any node. A single event of one key is served from the node's
-// leases (runs of slots the leader granted ahead of need, see package
-// node/lease) unless DisableLeases is set; every other request, and
-// every request with leases disabled, is one grant of the leader's
-// pacer (forwarded by a follower: one round trip for all its keys),
-// retried within maxWait when it arrives too late to be used within
-// UseGrace.
+// leases (package node/lease) unless DisableLeases is set; any other
+// request is one grant of the leader's pacer (forwarded by a follower:
+// one round trip for all its keys), retried within maxWait when it
+// arrives too late to be used within UseGrace.
 //
 // A limit in dry run (fsm.Limit.DryRun) is asked for a slot now, after the
 // enforced keys were granted; the event goes whatever it answers

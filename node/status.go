@@ -56,6 +56,8 @@ func (n *Node) Status(ctx context.Context) (report.Status, error) {
 		Fraction:     n.ownFraction(),
 		Term:         term,
 		AppliedIndex: n.state.AppliedIndex(),
+		Horizons:     n.state.HorizonCount(),
+		KeysInMemory: n.pacer.KeysInMemory(),
 		Stats:        n.Stats(),
 	}
 	held, sv := n.shares.View()

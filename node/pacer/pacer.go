@@ -216,6 +216,14 @@ func (p *Pacer) SameGen(gen uint64) bool {
 	return p.gen == gen
 }
 
+// KeysInMemory is how many keys the pacer keeps (idle ones leave: see
+// IdleAfter).
+func (p *Pacer) KeysInMemory() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.keys)
+}
+
 func (p *Pacer) IsLeading() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -16,7 +16,13 @@ type Status struct {
 	// HeldFraction is, on the leader, the part of each key's rate it may
 	// grant now: 1 minus the fractions of members whose share it does not
 	// hold. 0 on other nodes.
-	HeldFraction float64        `json:"held_fraction"`
+	HeldFraction float64 `json:"held_fraction"`
+	// Horizons is how many keys have a committed horizon in the state as
+	// this node applied it; KeysInMemory how many keys the leader's pacer
+	// keeps (0 on other nodes). Keys made by a template leave both once
+	// idle (pacer.DefaultIdleAfter), so both stay bounded.
+	Horizons     int            `json:"horizons"`
+	KeysInMemory int            `json:"keys_in_memory"`
 	Term         uint64         `json:"term"`
 	AppliedIndex uint64         `json:"applied_index"`
 	Members      []MemberStatus `json:"members"`
