@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"strconv"
 	"testing"
 	"time"
@@ -98,4 +99,53 @@ func BenchmarkSnapshot_WriteTo10k(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkSnapshot_100kTemplateKeys is the state of 100,000 keys made by
+// one template, each with a horizon (every key used within the last
+// minute): the snapshot's size (snapshot-bytes) and the time to write it
+// and to restore it, which a node restarting from that snapshot pays.
+func BenchmarkSnapshot_100kTemplateKeys(b *testing.B) {
+	const keys, batch = 100_000, 1024
+	s := New()
+	if err := s.Apply(1, SetLimit{Key: "tenant:*", Limit: Limit{Rate: 1, Burst: 1}}); err != nil {
+		b.Fatal(err)
+	}
+	idx := uint64(1)
+	for from := 0; from < keys; from += batch {
+		var c ExtendHorizons
+		for i := from; i < min(from+batch, keys); i++ {
+			c.Entries = append(c.Entries, HorizonEntry{Key: "tenant:" + strconv.Itoa(i), Ahead: 2 * time.Second})
+		}
+		idx++
+		if err := s.Apply(idx, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := s.Snapshot().WriteTo(&buf); err != nil {
+		b.Fatal(err)
+	}
+	data := buf.Bytes()
+	b.Run("write", func(b *testing.B) {
+		for b.Loop() {
+			var w bytes.Buffer
+			if _, err := s.Snapshot().WriteTo(&w); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(data)), "snapshot-bytes")
+	})
+	b.Run("restore", func(b *testing.B) {
+		for b.Loop() {
+			r := New()
+			if err := r.Restore(bytes.NewReader(data)); err != nil {
+				b.Fatal(err)
+			}
+			if r.HorizonCount() != keys {
+				b.Fatalf("restored %d horizons, want %d", r.HorizonCount(), keys)
+			}
+		}
+		b.ReportMetric(float64(len(data)), "snapshot-bytes")
+	})
 }
