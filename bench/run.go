@@ -72,6 +72,9 @@ type Config struct {
 	// KeysTemplate gives the keys their limit by one template ("k*")
 	// instead of one limit per key.
 	KeysTemplate bool
+	// WideKeys is the key count of the wide-keys group (WideGroup), which
+	// runs only when Only names it; 0 means DefaultWideKeys.
+	WideKeys int
 	// WorkDir holds data dirs, logs, timelines and reports; "" uses a new
 	// temporary directory, removed at the end unless the run failed or
 	// Keep is set.
@@ -340,6 +343,13 @@ func (r *runner) groups() []group {
 			g.steps = append(g.steps, r.manyKeys(n))
 		}
 		gs = append(gs, g)
+	}
+	if slices.Contains(r.cfg.Only, WideGroup) {
+		n := r.cfg.WideKeys
+		if n <= 0 {
+			n = DefaultWideKeys
+		}
+		gs = append(gs, group{name: "wide keys", steps: []step{r.wideKeys(n)}})
 	}
 	if r.selected("python") && r.available("python") {
 		gs = append(gs, r.pythonGroup())

@@ -106,3 +106,20 @@ func (m *ManyKeysResult) Summary() string {
 	}
 	return s
 }
+
+func (w *WideKeysResult) Summary() string {
+	s := fmt.Sprintf("%s keys used once in %.1f s; leader RSS %s -> %s (peak %s), %.0f%% of a core; %d in memory, %d horizons; a follower's restart: ready %.1f s, all horizons %.1f s",
+		FormatRate(float64(w.Keys)), w.CreateSecs, mib(w.RSSBefore), mib(w.RSSAfter), mib(w.RSSPeak), 100*w.LeaderCPU,
+		w.KeysInMemory, w.Horizons, w.RestartReadySecs, w.RestartCaughtSecs)
+	if w.CollectedSecs >= 0 {
+		s += fmt.Sprintf("; all collected %.0f s after last use (RSS then %s)", w.CollectedSecs, mib(w.RSSCollected))
+	} else {
+		s += "; NOT collected within the wait"
+	}
+	if w.Failed > 0 {
+		s += fmt.Sprintf("; %d reservations failed", w.Failed)
+	}
+	return s
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }

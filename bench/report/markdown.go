@@ -40,6 +40,9 @@ func (r *Report) Markdown() string {
 	for _, rate := range r.ceilingRates() {
 		r.ceilingTable(&b, rate)
 	}
+	if r.WideKeys != nil {
+		fmt.Fprintf(&b, "Wide keys (one template, every key used once, %d processes): %s.\n\n", r.WideKeys.Processes, r.WideKeys.Summary())
+	}
 	if len(r.ManyKeys) > 0 {
 		r.manyKeysTable(&b)
 	}

@@ -32,6 +32,8 @@ type Report struct {
 	// ManyKeys has one result per key count of the many-slow-keys group
 	// (raftpace only).
 	ManyKeys []*ManyKeysResult `json:"many_keys,omitempty"`
+	// WideKeys is the wide-keys group's result (raftpace only).
+	WideKeys *WideKeysResult `json:"wide_keys,omitempty"`
 	// Python is clients/python/bench.py's figures (the "python" approach).
 	Python   *Python   `json:"python,omitempty"`
 	Targets  []Target  `json:"targets"`
@@ -382,4 +384,31 @@ func (r *Report) WriteFiles(dir string) error {
 		}
 	}
 	return nil
+}
+
+// WideKeysResult is the wide-keys group: many keys made by one template,
+// each used once, on a 3-process cluster: what they cost the leader, and
+// whether they leave once idle.
+type WideKeysResult struct {
+	Keys       int     `json:"keys"`
+	Processes  int     `json:"processes"`
+	CreateSecs float64 `json:"create_seconds"` // wall time to use every key once
+	Failed     int     `json:"failed_reservations"`
+	// The leader before the keys, at its peak while they were made, and
+	// once they were all in memory (VmRSS, bytes).
+	RSSBefore int64   `json:"leader_rss_before"`
+	RSSPeak   int64   `json:"leader_rss_peak"`
+	RSSAfter  int64   `json:"leader_rss_with_keys"`
+	LeaderCPU float64 `json:"leader_cpu_fraction"` // of one core while the keys were made
+	// Counts the leader reported once the keys were made.
+	KeysInMemory int `json:"keys_in_memory"`
+	Horizons     int `json:"horizons"`
+	// Restart of a follower with every key's horizon in its log: from its
+	// start to ready, and to holding every horizon again.
+	RestartReadySecs  float64 `json:"follower_restart_ready_seconds"`
+	RestartCaughtSecs float64 `json:"follower_restart_all_horizons_seconds"`
+	// Idle collection: from the last key's use until the leader kept no
+	// key and the state no horizon; -1 when not within the wait.
+	CollectedSecs float64 `json:"idle_collected_seconds"`
+	RSSCollected  int64   `json:"leader_rss_after_collection"`
 }

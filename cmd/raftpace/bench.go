@@ -62,13 +62,14 @@ func (c *cli) bench(name string, args []string) error {
 	out := f.String("out", "bench-out", "write report.md, report.json and chart.svg to `DIR` (\"\": don't)")
 	pg := f.String("postgres", "", "Postgres `URL` for the Postgres pacer (default: RAFTPACE_BENCH_POSTGRES, or\n"+bench.DefaultPostgresURL+")")
 	redis := f.String("redis", bench.DefaultRedisAddr, "`HOST:PORT` of the Redis server for the Redis GCRA script")
-	only := f.String("only", "", "run only these approaches: `LIST` of "+strings.Join(bench.Approaches, ",")+",\nor "+bench.KeysGroup+" for raftpace's many-slow-keys group alone")
+	only := f.String("only", "", "run only these approaches: `LIST` of "+strings.Join(bench.Approaches, ",")+",\nor a group of raftpace's alone: "+bench.KeysGroup+" (many slow keys), "+bench.WideGroup+" (keys made by a template; only when named)")
 	gub := f.String("gubernator-src", "", "`DIR` of the bench/gubernator module (default: found from the working directory)")
 	pyBench := f.String("python-bench", "", "`FILE` clients/python/bench.py for --only python (default: found from the working directory)")
 	ceilings := f.String("ceilings", "", "measure these ceilings, `LIST` of events/s (default 7,1000,100000; --quick: 1000)")
 	keys := f.String("keys", "", "many slow keys: measure these key counts, `LIST` (default 10,100,1000; --quick: 100)")
 	keyRate := f.String("key-rate", "2", "many slow keys: each key's rate, `R` events/s (burst 1)")
 	keysTemplate := f.Bool("keys-template", false, "many slow keys: give the keys their limit by one template (k*), not one limit each")
+	wideKeys := f.Int("wide-keys", bench.DefaultWideKeys, "--only wide: make `N` keys by one template and use each once")
 	keep := f.Bool("keep", false, "keep the working directory (agents' logs, timelines, load reports)")
 	printBaselines := f.Bool("print-baselines", false, "print the Postgres statement and the Redis script the baselines run, as JSON, and exit\n(clients/python/bench.py runs the same ones)")
 	pos, err := c.parse(f, args)
@@ -86,8 +87,8 @@ func (c *cli) bench(name string, args []string) error {
 		if n = strings.TrimSpace(n); n == "" {
 			continue
 		}
-		if !bench.IsApproach(n) && n != bench.KeysGroup {
-			return f.ValueError("--only %q: unknown approach %q (choose from %s, or %s)", *only, n, strings.Join(bench.Approaches, ","), bench.KeysGroup)
+		if !bench.IsApproach(n) && n != bench.KeysGroup && n != bench.WideGroup {
+			return f.ValueError("--only %q: unknown approach %q (choose from %s, or %s, %s)", *only, n, strings.Join(bench.Approaches, ","), bench.KeysGroup, bench.WideGroup)
 		}
 		names = append(names, n)
 	}
@@ -137,6 +138,7 @@ func (c *cli) bench(name string, args []string) error {
 		Keys:          counts,
 		KeyRate:       kr,
 		KeysTemplate:  *keysTemplate,
+		WideKeys:      *wideKeys,
 		Keep:          *keep,
 		Progress:      c.stderr,
 	})

@@ -52,6 +52,11 @@ func Status(w io.Writer, st report.Status) {
 		fmt.Fprintf(tw, "Fraction:\t%s (its fallback share of each key's rate)\n", frac(st.Fraction))
 	}
 	fmt.Fprintf(tw, "Applied index:\t%d\n", st.AppliedIndex)
+	if st.Granting {
+		fmt.Fprintf(tw, "Keys:\t%d in the pacer's memory, %d with a horizon (idle keys leave both)\n", st.KeysInMemory, st.Horizons)
+	} else {
+		fmt.Fprintf(tw, "Keys:\t%d with a horizon (idle keys leave)\n", st.Horizons)
+	}
 	fmt.Fprintf(tw, "Addresses:\traft %s, gossip %s\n", st.Addr, st.GossipAddr)
 	s := st.Stats
 	fmt.Fprintf(tw, "Stats:\tgranted=%d refused=%d unknown_key=%d forwarded=%d late_grants=%d paused_refusals=%d\n",
