@@ -61,7 +61,14 @@ func startCluster(ctx context.Context, bin string, spec clusterSpec) (*cluster, 
 			"--data-dir", filepath.Join(spec.dir, id),
 			"--bind", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0", "--http", "127.0.0.1:0",
 			"--ready-file", filepath.Join(spec.dir, id+".ready.json"),
-			"--log-level", "warn", "--load-report", a.report,
+			"--log-level", "warn",
+		}
+		var extra []string
+		if spec.args != nil {
+			extra = spec.args(i, id)
+		}
+		if slices.Contains(extra, "--load") { // the agent refuses a report without a load
+			args = append(args, "--load-report", a.report)
 		}
 		if i < expect {
 			args = append(args, "--bootstrap-expect", strconv.Itoa(expect))
@@ -73,9 +80,7 @@ func startCluster(ctx context.Context, bin string, spec clusterSpec) (*cluster, 
 			a.timeline = filepath.Join(spec.dir, id+".timeline")
 			args = append(args, "--timeline", a.timeline, "--timeline-buffer")
 		}
-		if spec.args != nil {
-			args = append(args, spec.args(i, id)...)
-		}
+		args = append(args, extra...)
 		p, err := startProc("agent "+id, bin, args, filepath.Join(spec.dir, id+".log"))
 		if err != nil {
 			c.stop()

@@ -108,7 +108,7 @@ func (m *ManyKeysResult) Summary() string {
 }
 
 func (w *WideKeysResult) Summary() string {
-	s := fmt.Sprintf("%s keys used once in %.1f s; leader RSS %s -> %s (peak %s), %.0f%% of a core; %d in memory, %d horizons; a follower's restart: ready %.1f s, all horizons %.1f s",
+	s := fmt.Sprintf("%s keys used once in %.1f s; leader RSS %s -> %s (peak %s), %.0f%% of a core; %d in memory, %d horizons; a follower's restart: ready %.2f s, all horizons %.2f s",
 		FormatRate(float64(w.Keys)), w.CreateSecs, mib(w.RSSBefore), mib(w.RSSAfter), mib(w.RSSPeak), 100*w.LeaderCPU,
 		w.KeysInMemory, w.Horizons, w.RestartReadySecs, w.RestartCaughtSecs)
 	if w.CollectedSecs >= 0 {
