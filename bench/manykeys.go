@@ -22,6 +22,10 @@ import (
 // they come. Config.KeyRate changes it.
 const defaultKeyRate = 2
 
+// keyEvents is how many events of each key a full run's interval holds
+// at least.
+const keyEvents = 50
+
 // manyKeysTemplate is the template that gives the keys k0, k1, ... their
 // limit when Config.KeysTemplate is set.
 const manyKeysTemplate = "k*"
@@ -98,6 +102,12 @@ func (r *runner) manyKeys(n int) step {
 			return "", err
 		}
 		d := r.plan.manyKeysDur
+		if !r.cfg.Quick {
+			// Long enough that one event is at most 2% of a key's count,
+			// so that "every key within 5% of its rate" can be read off the
+			// worst key: 25 s at 2/s, 50 s at 1/s.
+			d = max(d, time.Duration(keyEvents/lim.Rate*float64(time.Second)))
+		}
 		c, err := startCluster(ctx, r.cfg.Binary, clusterSpec{dir: dir, size: ceilingProcs, timeline: true, args: func(int, string) []string {
 			return manyKeysArgs(keys, policy, d)
 		}})

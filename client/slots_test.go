@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,5 +186,36 @@ func TestRegisterCap(t *testing.T) {
 	}
 	if err := c.RegisterCap(ctx, "j", 0); !errors.Is(err, ErrInvalidRequest) {
 		t.Errorf("got %v, want ErrInvalidRequest", err)
+	}
+}
+
+// RegisterAll registers every key once, sets only the missing ones, and
+// reports each conflict and bad limit by key.
+func TestRegisterAll(t *testing.T) {
+	ctx := context.Background()
+	m := newMem()
+	c := New(m)
+	if err := c.SetLimit(ctx, "taken", fsm.Limit{Rate: 1, Burst: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetLimit(ctx, "same", fsm.Limit{Rate: 3, Burst: 1}); err != nil {
+		t.Fatal(err)
+	}
+	limits := map[string]Limit{"taken": {Rate: 2, Burst: 1}, "same": {Rate: 3, Burst: 1}, "bad": {Rate: -1, Burst: 1}}
+	for i := range 100 {
+		limits["k"+strconv.Itoa(i)] = Limit{Rate: float64(1 + i), Burst: 1}
+	}
+	sets := m.setLimits
+	failed := c.RegisterAll(ctx, limits)
+	if len(failed) != 2 || !errors.Is(failed["taken"], ErrPolicyConflict) || !errors.Is(failed["bad"], ErrInvalidRequest) {
+		t.Fatalf("failed = %v; want the conflict on taken and the bad limit", failed)
+	}
+	if got := m.setLimits - sets; got != 100 {
+		t.Errorf("%d limits set, want the 100 missing ones", got)
+	}
+	for i := range 100 {
+		if got, err := c.Limit(ctx, "k"+strconv.Itoa(i)); err != nil || got.Rate != float64(1+i) {
+			t.Fatalf("k%d: %v, %v", i, got, err)
+		}
 	}
 }

@@ -24,16 +24,17 @@ func registerPolicy(ctx context.Context, n *node.Node, path string, log *slog.Lo
 		return err
 	}
 	c := client.New(n)
-	var errs []error
+	limits := make(map[string]client.Limit, len(p.Limits))
 	for k, l := range p.Limits {
-		lim := l.Limit()
-		if err := c.Register(ctx, k, lim); err != nil {
-			if errors.Is(err, raftpace.ErrPolicyConflict) {
-				log.Error("policy file disagrees with the cluster; keeping the cluster's value", "err", err)
-				continue
-			}
-			errs = append(errs, err)
+		limits[k] = l.Limit()
+	}
+	var errs []error
+	for _, err := range c.RegisterAll(ctx, limits) {
+		if errors.Is(err, raftpace.ErrPolicyConflict) {
+			log.Error("policy file disagrees with the cluster; keeping the cluster's value", "err", err)
+			continue
 		}
+		errs = append(errs, err)
 	}
 	for k, m := range p.Caps {
 		if err := c.RegisterCap(ctx, k, m); err != nil {
