@@ -143,7 +143,7 @@ type WindowCheck struct {
 
 // ManyKeysResult is one many-slow-keys run: Keys keys, each at Rate/s
 // burst Burst, one closed-loop worker per key in each of Processes agents,
-// measured over one steady interval for all keys.
+// each key measured over its own steady interval (Seconds: the shortest).
 type ManyKeysResult struct {
 	Keys      int     `json:"keys"`
 	Rate      float64 `json:"rate_per_key"`
