@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node"
 	"github.com/raftpace/raftpace/node/nodetest"
@@ -44,7 +45,7 @@ func BenchmarkReserve(b *testing.B) {
 						if where == "follower" {
 							i = c.Followers()[0]
 						}
-						benchReserve(b, c.Node(i), callers)
+						benchReserve(b, c.Node(i), callers, raftpace.Want{Key: "bench", Count: 1})
 					})
 				}
 			}
@@ -104,11 +105,34 @@ func BenchmarkLoopback(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
 }
 
-func benchReserve(b *testing.B, n *node.Node, callers int) {
+// BenchmarkReserveAll is BenchmarkReserve's no-leases follower with one
+// event of two keys per reservation (ReserveAll: one request to the
+// leader for both), beside the same with one key, in the same run.
+//
+//	go test -run '^$' -bench 'BenchmarkReserveAll|BenchmarkLoopback' -benchtime 20000x ./node/
+func BenchmarkReserveAll(b *testing.B) {
+	c := nodetest.New(b, 3, func(_ int, cfg *node.Config) {
+		cfg.Timing = node.LANTiming()
+		cfg.DisableLeases = true
+	})
+	ctx := context.Background()
+	for _, k := range []string{"bench", "global"} {
+		if err := c.Node(0).SetLimit(ctx, k, fsm.Limit{Rate: 1e9, Burst: 1000}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f := c.Node(c.Followers()[0])
+	b.Run("follower/one-key", func(b *testing.B) { benchReserve(b, f, 1, raftpace.Want{Key: "bench", Count: 1}) })
+	b.Run("follower/two-keys", func(b *testing.B) {
+		benchReserve(b, f, 1, raftpace.Want{Key: "bench", Count: 1}, raftpace.Want{Key: "global", Count: 1})
+	})
+}
+
+func benchReserve(b *testing.B, n *node.Node, callers int, wants ...raftpace.Want) {
 	ctx := context.Background()
 	// Warm up connections and the key's horizon.
 	for i := 0; i < 100; i++ {
-		if _, err := n.Reserve(ctx, "bench", 1, time.Second); err != nil {
+		if _, err := n.ReserveAll(ctx, wants, time.Second); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -128,7 +152,7 @@ func benchReserve(b *testing.B, n *node.Node, callers int) {
 			l := make([]time.Duration, 0, per)
 			for i := 0; i < per; i++ {
 				t0 := time.Now()
-				if _, err := n.Reserve(ctx, "bench", 1, time.Second); err != nil {
+				if _, err := n.ReserveAll(ctx, wants, time.Second); err != nil {
 					b.Error(err)
 					return
 				}
