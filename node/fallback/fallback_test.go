@@ -225,3 +225,35 @@ func TestFallbackStartsAfresh(t *testing.T) {
 		}
 	}
 }
+
+// Local pacing of several keys: one instant for all, or none consumed.
+// At the fraction 0.25, "k" (100/s, burst 20) paces locally at 25/s with a
+// burst of 5 and "c" (20/s, burst 1) at 5/s, one at a time.
+func TestLocalReserveAllOneInstantOrNone(t *testing.T) {
+	h := newHarness(t, defaultConfig(), nil)
+	h.lapsed()
+	now := h.clock.Load()
+	if _, err := h.fb.ReserveAll(one("c", 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	both := []raftpace.Want{{Key: "k", Count: 1}, {Key: "c", Count: 1}}
+	_, err := h.fb.ReserveAll(both, 100*time.Millisecond)
+	var le *raftpace.LimitExceededError
+	if !errors.As(err, &le) || le.Key != "c" || le.Wait != 200*time.Millisecond {
+		t.Fatalf("with c's next slot 200 ms away: %v; want a LimitExceededError naming c", err)
+	}
+	// Nothing of k was taken: its whole local burst of 5 is there at once.
+	if r, err := h.fb.ReserveAll(one("k", 5), 0); err != nil || r.At != epoch.Add(time.Duration(now)) {
+		t.Fatalf("k's burst after the refusal: %v, %v", r, err)
+	}
+	r, err := h.fb.ReserveAll(both, time.Second)
+	if err != nil || r.At != epoch.Add(time.Duration(now)+200*time.Millisecond) {
+		t.Fatalf("both with time to wait: %v, %v; want both at c's next slot, +200ms", r, err)
+	}
+	// k's slot was taken as arriving at the instant: its TAT went from
+	// +200 ms (the burst) to +240 ms, so its next slot is at 240 ms less
+	// its tolerance (4 x 40 ms): +80 ms, not the +40 ms it had before.
+	if r, err := h.fb.ReserveAll(one("k", 1), time.Second); err != nil || r.At != epoch.Add(time.Duration(now)+80*time.Millisecond) {
+		t.Fatalf("k after the instant: %v, %v; want +80ms", r, err)
+	}
+}
