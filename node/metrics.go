@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/raftpace/raftpace"
@@ -62,42 +63,38 @@ func (n *Node) keyCountsSnapshot() []report.KeyCounts {
 // slot now (over).
 func (n *Node) reserved(wants []raftpace.Want, begin time.Time, r raftpace.Reservation, err error, dryRun bool) (over bool) {
 	over = dryRun && wouldWait(err)
+	// One outcome: a counter of each key's, and of the node's (which
+	// counts reservations, whatever their keys).
+	var of func(*tally.Counter) *atomic.Uint64
+	var node *atomic.Uint64
 	var pe *raftpace.PausedError
+	switch {
+	case over:
+		of = func(c *tally.Counter) *atomic.Uint64 { return &c.DryRun }
+	case err == nil:
+		of, node = func(c *tally.Counter) *atomic.Uint64 { return &c.Granted }, &n.stats.granted
+		n.waitHist.Observe(max(0, r.At.Sub(begin)))
+	case errors.As(err, &pe): // before raftpace.ErrLimitExceeded, which it also matches
+		of, node = func(c *tally.Counter) *atomic.Uint64 { return &c.Paused }, &n.stats.pausedRefusals
+	case errors.Is(err, raftpace.ErrLimitExceeded):
+		of, node = func(c *tally.Counter) *atomic.Uint64 { return &c.Refused }, &n.stats.refused
+	case errors.Is(err, raftpace.ErrUnknownKey):
+		of, node = func(c *tally.Counter) *atomic.Uint64 { return &c.Unknown }, &n.stats.unknown
+	default:
+		of = func(c *tally.Counter) *atomic.Uint64 { return &c.Failed }
+	}
 	now := time.Now()
 	for _, w := range wants {
 		key := n.state.LimitKey(w.Key) // a template's keys are one row: bounded
 		c := n.keyCounts.Get(key)
-		switch {
-		case over:
-			c.DryRun.Add(1)
+		of(c).Add(1)
+		if over || err == nil {
 			c.Events.Add(uint64(w.Count))
 			n.admittedHist.Add(key, w.Count, now)
-		case err == nil:
-			c.Granted.Add(1)
-			c.Events.Add(uint64(w.Count))
-			n.admittedHist.Add(key, w.Count, now)
-		case errors.As(err, &pe): // before raftpace.ErrLimitExceeded, which it also matches
-			c.Paused.Add(1)
-		case errors.Is(err, raftpace.ErrLimitExceeded):
-			c.Refused.Add(1)
-		case errors.Is(err, raftpace.ErrUnknownKey):
-			c.Unknown.Add(1)
-		default:
-			c.Failed.Add(1)
 		}
 	}
-	// The node's own counters count reservations, whatever their keys.
-	switch {
-	case over:
-	case err == nil:
-		n.stats.granted.Add(1)
-		n.waitHist.Observe(max(0, r.At.Sub(begin)))
-	case errors.As(err, &pe):
-		n.stats.pausedRefusals.Add(1)
-	case errors.Is(err, raftpace.ErrLimitExceeded):
-		n.stats.refused.Add(1)
-	case errors.Is(err, raftpace.ErrUnknownKey):
-		n.stats.unknown.Add(1)
+	if node != nil {
+		node.Add(1)
 	}
 	return over
 }
