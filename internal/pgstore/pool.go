@@ -154,11 +154,8 @@ func (s *Store) reservePooled(ctx context.Context, nodeID, key string, lim fsm.L
 	if err := fsm.ValidateKey(key); err != nil {
 		return 0, 0, invalidErr("reserve pooled", err)
 	}
-	if err := lim.Validate(); err != nil {
-		return 0, 0, invalidErr(op, err)
-	}
-	if count < 1 || count > lim.Burst {
-		return 0, 0, invalid(op, "count %d: must be in [1, %d] (the burst)", count, lim.Burst)
+	if err := checkPoolWant(op, lim, count); err != nil {
+		return 0, 0, err
 	}
 	if maxWait < 0 {
 		return 0, 0, invalid(op, "maxWait %v: must be >= 0", maxWait)
@@ -198,6 +195,18 @@ func (s *Store) reservePooled(ctx context.Context, nodeID, key string, lim fsm.L
 		return 0, 0, &LimitExceededError{Key: key, Wait: est}
 	}
 	return micros(max(waitUS, 0)), startUS, nil
+}
+
+// checkPoolWant checks one key's limit and count for a pooled
+// reservation; op names the reservation in the error.
+func checkPoolWant(op string, lim fsm.Limit, count int) error {
+	if err := lim.Validate(); err != nil {
+		return invalidErr(op, err)
+	}
+	if count < 1 || count > lim.Burst {
+		return invalid(op, "count %d: must be in [1, %d] (the burst)", count, lim.Burst)
+	}
+	return nil
 }
 
 // micros converts microseconds to a Duration, saturating instead of

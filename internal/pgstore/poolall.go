@@ -54,11 +54,8 @@ func (s *Store) reservePooledAll(ctx context.Context, nodeID string, wants []Poo
 		if err := fsm.ValidateKey(w.Key); err != nil {
 			return 0, 0, invalidErr(op, err)
 		}
-		if err := w.Limit.Validate(); err != nil {
-			return 0, 0, invalidErr(fmt.Sprintf("%s %q", op, w.Key), err)
-		}
-		if w.Count < 1 || w.Count > w.Limit.Burst {
-			return 0, 0, invalid(fmt.Sprintf("%s %q", op, w.Key), "count %d: must be in [1, %d] (the burst)", w.Count, w.Limit.Burst)
+		if err := checkPoolWant(fmt.Sprintf("%s %q", op, w.Key), w.Limit, w.Count); err != nil {
+			return 0, 0, err
 		}
 		for _, k := range keys[:i] {
 			if k == w.Key {

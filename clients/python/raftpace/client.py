@@ -66,6 +66,15 @@ def _wants(wants):
     return out
 
 
+def _grant_from(ans, key, n, sent, recv):
+    """The Grant an agent's answer describes, or Unavailable."""
+    ans = ans or {}
+    try:
+        return Grant(key, n, float(ans["wait"]), float(ans["use_by"]), float(ans.get("held", 0.0)), sent, recv)
+    except (KeyError, TypeError, ValueError):
+        raise Unavailable("raftpace: malformed grant from the agent: %r" % (ans,), code="unreachable")
+
+
 def _names(ws):
     return ", ".join(repr(k) for k, _ in ws)
 
@@ -339,12 +348,7 @@ class Client(object):
         """
         path = "/v1/reserve/" + escape_key(key)
         ans, sent, recv = self._call("POST", path, {"n": int(n), "max_wait": float(max_wait)})
-        ans = ans or {}
-        try:
-            return Grant(key, int(n), float(ans["wait"]), float(ans["use_by"]), float(ans.get("held", 0.0)),
-                         sent, recv)
-        except (KeyError, TypeError, ValueError):
-            raise Unavailable("raftpace: malformed grant from the agent: %r" % (ans,), code="unreachable")
+        return _grant_from(ans, key, int(n), sent, recv)
 
     def forfeit(self, key, n=1):
         # type: (str, int) -> None
@@ -368,12 +372,7 @@ class Client(object):
             return self.reserve_grant(ws[0][0], ws[0][1], max_wait)
         body = {"keys": [{"key": k, "n": n} for k, n in ws], "max_wait": float(max_wait)}
         ans, sent, recv = self._call("POST", "/v1/reserve", body)
-        ans = ans or {}
-        try:
-            return Grant(tuple(k for k, _ in ws), sum(n for _, n in ws), float(ans["wait"]), float(ans["use_by"]),
-                         float(ans.get("held", 0.0)), sent, recv)
-        except (KeyError, TypeError, ValueError):
-            raise Unavailable("raftpace: malformed grant from the agent: %r" % (ans,), code="unreachable")
+        return _grant_from(ans, tuple(k for k, _ in ws), sum(n for _, n in ws), sent, recv)
 
     def _forfeit_grant(self, ws):
         # One forfeit per grant, whatever its keys: the agent counts grants.

@@ -199,13 +199,7 @@ module Raftpace
     def reserve_grant(key, n: 1, max_wait: 0)
       ans, sent, recv = call(:post, "/v1/reserve/#{Raftpace.escape_key(key)}",
                              { "n" => Integer(n), "max_wait" => Float(max_wait) })
-      ans ||= {}
-      begin
-        Grant.new(key, Integer(n), Float(ans.fetch("wait")), Float(ans.fetch("use_by")),
-                  Float(ans.fetch("held", 0.0)), sent, recv)
-      rescue KeyError, TypeError, ArgumentError
-        raise Unavailable.new("raftpace: malformed grant from the agent: #{ans.inspect}", code: "unreachable")
-      end
+      grant_from(ans, key, Integer(n), sent, recv)
     end
 
     # One reservation over several keys: a Grant for all, or none consumed.
@@ -219,13 +213,15 @@ module Raftpace
 
       body = { "keys" => ws.map { |k, n| { "key" => k, "n" => n } }, "max_wait" => Float(max_wait) }
       ans, sent, recv = call(:post, "/v1/reserve", body)
+      grant_from(ans, ws.map(&:first), ws.sum { |_, n| n }, sent, recv)
+    end
+
+    # The Grant an agent's answer ans describes, or Unavailable.
+    private def grant_from(ans, key, n, sent, recv)
       ans ||= {}
-      begin
-        Grant.new(ws.map(&:first), ws.sum { |_, n| n }, Float(ans.fetch("wait")), Float(ans.fetch("use_by")),
-                  Float(ans.fetch("held", 0.0)), sent, recv)
-      rescue KeyError, TypeError, ArgumentError
-        raise Unavailable.new("raftpace: malformed grant from the agent: #{ans.inspect}", code: "unreachable")
-      end
+      Grant.new(key, n, Float(ans.fetch("wait")), Float(ans.fetch("use_by")), Float(ans.fetch("held", 0.0)), sent, recv)
+    rescue KeyError, TypeError, ArgumentError
+      raise Unavailable.new("raftpace: malformed grant from the agent: #{ans.inspect}", code: "unreachable")
     end
 
     # #reserve over several keys (see #reserve_all_grant): the delay to honour.
