@@ -25,6 +25,9 @@ func Encode(c Command) ([]byte, error) {
 		b = appendString(b, c.Key)
 		b = appendFloat(b, c.Limit.Rate)
 		b = binary.AppendVarint(b, int64(c.Limit.Burst))
+		if c.commandType() == typeSetLimitQuota {
+			b = appendQuota(b, c.Limit)
+		}
 	case DeleteLimit:
 		b = appendString(b, c.Key)
 	case ExtendHorizons:
@@ -52,6 +55,12 @@ func Encode(c Command) ([]byte, error) {
 		for _, id := range c.IDs {
 			b = appendString(b, id)
 		}
+	case CommitQuotas:
+		b = binary.AppendUvarint(b, uint64(len(c.Entries)))
+		for _, e := range c.Entries {
+			b = appendString(b, e.Key)
+			b = appendQuotaCount(b, e.QuotaCount)
+		}
 	}
 	return b, nil
 }
@@ -61,7 +70,13 @@ func encodedSize(c Command) int {
 	const varint = binary.MaxVarintLen64
 	switch c := c.(type) {
 	case SetLimit:
-		return 2 + varint + len(c.Key) + 8 + varint
+		return 2 + varint + len(c.Key) + 8 + varint + 2 + varint
+	case CommitQuotas:
+		n := 2 + varint
+		for _, e := range c.Entries {
+			n += varint + len(e.Key) + 1 + 2*varint
+		}
+		return n
 	case DeleteLimit:
 		return 2 + varint + len(c.Key)
 	case ExtendHorizons:
@@ -90,6 +105,36 @@ func encodedSize(c Command) int {
 		return n
 	}
 	return 2
+}
+
+// appendQuota appends the fields a quota adds to a limit: the dry-run
+// flag, Quota and Per.
+func appendQuota(b []byte, l Limit) []byte {
+	var dry byte
+	if l.DryRun {
+		dry = 1
+	}
+	b = append(b, dry)
+	b = binary.AppendVarint(b, l.Quota)
+	return append(b, byte(l.Per))
+}
+
+func appendQuotaCount(b []byte, c QuotaCount) []byte {
+	b = append(b, byte(c.Per))
+	b = binary.AppendVarint(b, c.Window)
+	return binary.AppendVarint(b, c.Count)
+}
+
+// quota reads appendQuota's fields into l.
+func (d *decoder) quota(l *Limit) {
+	l.DryRun = d.bit("DryRun")
+	l.Quota = d.varint("Quota")
+	l.Per = Period(d.byte("Per"))
+}
+
+func (d *decoder) quotaCount() QuotaCount {
+	per := Period(d.byte("Per"))
+	return QuotaCount{Per: per, Window: d.varint("Window"), Count: d.varint("Count")}
 }
 
 func appendString(b []byte, s string) []byte {
@@ -154,12 +199,29 @@ func decode(b []byte) (Command, error) {
 	d := &decoder{b: b, off: 2}
 	var c Command
 	switch t {
-	case typeSetLimit, typeSetLimitDryRun:
+	case typeSetLimit, typeSetLimitDryRun, typeSetLimitQuota:
 		var v SetLimit
 		v.Key = d.str("Key", MaxKeyLen)
 		v.Limit.Rate = d.float("Rate")
 		v.Limit.Burst = d.int("Burst")
 		v.Limit.DryRun = t == typeSetLimitDryRun
+		if t == typeSetLimitQuota {
+			d.quota(&v.Limit)
+			if d.err == nil && v.Limit.Quota == 0 {
+				d.fail("Quota 0: a limit without a quota is type %d (not canonical)", typeSetLimit)
+			}
+		}
+		c = v
+	case typeCommitQuotas:
+		n := d.count("Entries", MaxHorizonEntries, 5) // min entry: len, 1-byte key, per, window, count
+		var v CommitQuotas
+		if d.err == nil {
+			v.Entries = make([]QuotaEntry, n)
+			for i := range v.Entries {
+				v.Entries[i].Key = d.str("Key", MaxKeyLen)
+				v.Entries[i].QuotaCount = d.quotaCount()
+			}
+		}
 		c = v
 	case typeDeleteLimit:
 		c = DeleteLimit{Key: d.str("Key", MaxKeyLen)}
@@ -287,6 +349,18 @@ func (d *decoder) int(field string) int {
 }
 
 // bit reads a byte that must be 0 or 1.
+func (d *decoder) byte(field string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if d.remaining() < 1 {
+		d.fail("%s: truncated at offset %d", field, d.off)
+		return 0
+	}
+	d.off++
+	return d.b[d.off-1]
+}
+
 func (d *decoder) bit(field string) bool {
 	if d.err != nil {
 		return false

@@ -23,11 +23,18 @@ const (
 	// existed, and a build without them refuses a dry run it cannot honour
 	// (ErrUnknownCommand) instead of enforcing it.
 	typeSetLimitDryRun uint8 = 11
+	// typeSetLimitQuota is a SetLimit with a quota: SetLimit's fields, the
+	// dry-run flag, Quota and Per. A limit without a quota encodes as
+	// before quotas existed; a build without them refuses one it could not
+	// honour (ErrUnknownCommand) instead of granting past the quota.
+	typeSetLimitQuota uint8 = 12
+	typeCommitQuotas  uint8 = 13
 )
 
 // Command is one entry of the replicated log. The set is closed: it is
 // exactly SetLimit, DeleteLimit, ExtendHorizons, UpsertMember,
-// RemoveMember, SetPause, SetCap, DeleteCap, AcquireSlots and ReleaseSlots.
+// RemoveMember, SetPause, SetCap, DeleteCap, AcquireSlots, ReleaseSlots
+// and CommitQuotas.
 // Decode returns the value types; Encode and State.Apply accept the values
 // or non-nil pointers to them.
 type Command interface{ commandType() uint8 }
@@ -112,6 +119,9 @@ type ReleaseSlots struct {
 }
 
 func (c SetLimit) commandType() uint8 {
+	if c.Limit.Quota != 0 || c.Limit.Per != 0 {
+		return typeSetLimitQuota
+	}
 	if c.Limit.DryRun {
 		return typeSetLimitDryRun
 	}
@@ -130,8 +140,10 @@ func (ReleaseSlots) commandType() uint8   { return typeReleaseSlots }
 // commandName is the Go type name, for error messages.
 func commandName(t uint8) string {
 	switch t {
-	case typeSetLimit, typeSetLimitDryRun:
+	case typeSetLimit, typeSetLimitDryRun, typeSetLimitQuota:
 		return "SetLimit"
+	case typeCommitQuotas:
+		return "CommitQuotas"
 	case typeDeleteLimit:
 		return "DeleteLimit"
 	case typeExtendHorizons:
@@ -200,6 +212,10 @@ func deref(c Command) (Command, error) {
 		if v != nil {
 			return *v, nil
 		}
+	case *CommitQuotas:
+		if v != nil {
+			return *v, nil
+		}
 	default:
 		return c, nil
 	}
@@ -230,6 +246,8 @@ func validate(c Command) error {
 		return validateSlot(c.ID, Slot{Holder: c.Holder, Keys: c.Keys, TTL: c.TTL})
 	case ReleaseSlots:
 		return validateReleaseIDs(c.IDs)
+	case CommitQuotas:
+		return validateQuotaEntries(c.Entries)
 	}
 	return fmt.Errorf("%w: %T", ErrUnknownCommand, c)
 }

@@ -247,7 +247,7 @@ func TestDecode_Invalid(t *testing.T) {
 		{"truncated float", []byte{1, 1, 1, 'k', 0x3f, 0xf0}, []error{ErrInvalidCommand}, []string{"Rate: need 8 bytes"}},
 		{"member bad fraction", cat([]byte{1, 4, 1, 'n', 3, 'h', ':', '1'}, f64(-1)), []error{ErrInvalidCommand, ErrInvalidMember}, []string{"Fraction -1"}},
 		{"remove empty id", []byte{1, 5, 0}, []error{ErrInvalidCommand, ErrInvalidID}, []string{"must not be empty"}},
-		{"type 12", []byte{1, 12, 1, 'k'}, []error{ErrUnknownCommand}, []string{"unknown command type: 12"}},
+		{"type 14", []byte{1, 14, 1, 'k'}, []error{ErrUnknownCommand}, []string{"unknown command type: 14"}},
 		{"pause negative", []byte{1, 6, 1, 'k', 1}, []error{ErrInvalidCommand}, []string{"SetPause", "For -1ns"}},
 		{"pause above max", cat([]byte{1, 6, 1, 'k'}, binary.AppendVarint(nil, int64(MaxPause+1))), []error{ErrInvalidCommand}, []string{"MaxPause"}},
 		{"pause missing for", []byte{1, 6, 1, 'k'}, []error{ErrInvalidCommand}, []string{"For: truncated varint"}},

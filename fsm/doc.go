@@ -65,6 +65,8 @@
 //	9 AcquireSlots    ID:str  Holder:str  count:uvarint (1..16), then count times: Key:str;  then TTL:varint
 //	10 ReleaseSlots   count:uvarint (1..4096), then count times: ID:str
 //	11 SetLimit       as type 1, for a limit in dry run (Limit.DryRun)
+//	12 SetLimit       as type 1, for a limit with a quota: then DryRun:byte(0|1) Quota:varint (>= 1) Per:byte (1..4)
+//	13 CommitQuotas   count:uvarint (1..65536), then count times: Key:str Per:byte Window:varint Count:varint
 //
 //	str     uvarint byte length, then the bytes (UTF-8)
 //	f64     8 bytes, big-endian IEEE 754 bits
@@ -75,7 +77,7 @@
 // other than 1 is ErrInvalidCommand; an unknown type is ErrUnknownCommand
 // (later versions may add types; numbers are never reused).
 //
-// # Snapshot format, versions 2 and 3
+// # Snapshot format, versions 2, 3 and 4
 //
 //	"RPSN"                       4 bytes magic
 //	version                      1 byte, 2
@@ -93,7 +95,12 @@
 // each limit's Burst: 1 if the limit is in dry run, else 0. Snapshot
 // writes version 3 when some limit is in dry run and version 2 otherwise;
 // Restore reads all three, a version-1 snapshot restoring with no pauses,
-// caps or slots.
+// caps or slots. Version 4 is version 2 with, after each limit's Burst,
+// the quota fields of command type 12 (DryRun, Quota, Per; Quota 0 and Per
+// 0 for a limit without one), and one more section after the slots:
+// quota count, uvarint, then per key sorted: Key:str Per:byte
+// Window:varint Count:varint. Snapshot writes version 4 when some limit
+// has a quota or some count is stored.
 //
 // Keys and ids are sorted by byte value and unique; a slot's keys keep the
 // order of its AcquireSlots and are unique. Restore verifies the

@@ -72,7 +72,22 @@ func randLimit(rng *rand.Rand) Limit {
 	if rng.IntN(3) == 0 {
 		b = 1 + rng.IntN(10)
 	}
-	return Limit{Rate: randRate(rng), Burst: b, DryRun: rng.IntN(8) == 0}
+	l := Limit{Rate: randRate(rng), Burst: b, DryRun: rng.IntN(8) == 0}
+	if rng.IntN(8) == 0 {
+		l.Quota, l.Per = 1+rng.Int64N(MaxQuota), Period(1+rng.IntN(4))
+	}
+	return l
+}
+
+// randQuotaCount returns a valid committed count, a removal (Per 0) one
+// time in eight.
+func randQuotaCount(rng *rand.Rand) QuotaCount {
+	if rng.IntN(8) == 0 {
+		return QuotaCount{}
+	}
+	per := Period(1 + rng.IntN(4))
+	start, _ := per.Window(time.Unix(rng.Int64N(maxWindow), 0))
+	return QuotaCount{Per: per, Window: start.Unix(), Count: rng.Int64N(MaxQuota + 1)}
 }
 
 func randAhead(rng *rand.Rand) time.Duration {
@@ -107,7 +122,7 @@ func randCommand(rng *rand.Rand, pool []string) Command {
 		}
 		return randKey(rng)
 	}
-	switch rng.IntN(11) {
+	switch rng.IntN(12) {
 	case 0, 1:
 		return SetLimit{Key: key(), Limit: randLimit(rng)}
 	case 2:
@@ -152,6 +167,15 @@ func randCommand(rng *rand.Rand, pool []string) Command {
 			}
 		}
 		return AcquireSlots{ID: randSlotID(rng), Holder: randID(rng), Keys: keys, TTL: randTTL(rng)}
+	case 10:
+		n := 1 + rng.IntN(6)
+		var es []QuotaEntry
+		for len(es) < n {
+			if k := key(); !slices.ContainsFunc(es, func(e QuotaEntry) bool { return e.Key == k }) {
+				es = append(es, QuotaEntry{Key: k, QuotaCount: randQuotaCount(rng)})
+			}
+		}
+		return CommitQuotas{Entries: es}
 	default:
 		n := 1 + rng.IntN(8)
 		if rng.IntN(50) == 0 {

@@ -20,6 +20,7 @@ const (
 	snapshotVersion = 2        // the version Snapshot writes while no limit is in dry run
 	snapshotV1      = 1        // no pauses, caps or slots; Restore still reads it
 	snapshotV3      = 3        // version 2 with a DryRun byte per limit; written only when one is
+	snapshotV4      = 4        // version 3 with a quota per limit and the quota counts; written only when there is one
 	snapshotChunk   = 64 << 10 // bytes buffered between writes to the sink
 
 	// maxSnapshotEntry bounds the encoding of the largest entry (a slot), by
@@ -42,6 +43,7 @@ type Snapshot struct {
 	pauses   []keyPause
 	caps     []keyCap
 	slots    []HeldSlot
+	quotas   []QuotaEntry
 
 	sortOnce sync.Once
 }
@@ -81,6 +83,10 @@ func (s *State) Snapshot() *Snapshot {
 		pauses:   make([]keyPause, 0, len(s.pauses)),
 		caps:     make([]keyCap, 0, len(s.caps)),
 		slots:    make([]HeldSlot, 0, len(s.slots)),
+		quotas:   make([]QuotaEntry, 0, len(s.quotas)),
+	}
+	for k, c := range s.quotas {
+		p.quotas = append(p.quotas, QuotaEntry{k, c})
 	}
 	for k, l := range s.limits {
 		p.limits = append(p.limits, keyLimit{k, l})
@@ -117,6 +123,7 @@ func (p *Snapshot) sort() {
 		slices.SortFunc(p.pauses, func(a, b keyPause) int { return strings.Compare(a.key, b.key) })
 		slices.SortFunc(p.caps, func(a, b keyCap) int { return strings.Compare(a.key, b.key) })
 		slices.SortFunc(p.slots, func(a, b HeldSlot) int { return strings.Compare(a.ID, b.ID) })
+		slices.SortFunc(p.quotas, func(a, b QuotaEntry) int { return strings.Compare(a.Key, b.Key) })
 	})
 }
 
@@ -149,6 +156,9 @@ func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	if slices.ContainsFunc(p.limits, func(kl keyLimit) bool { return kl.limit.DryRun }) {
 		version = snapshotV3
 	}
+	if len(p.quotas) > 0 || slices.ContainsFunc(p.limits, func(kl keyLimit) bool { return kl.limit.Quota != 0 }) {
+		version = snapshotV4
+	}
 	e := &snapshotWriter{w: w, buf: make([]byte, 0, min(p.sizeHint(), snapshotChunk+maxSnapshotEntry))}
 	e.buf = append(e.buf, snapshotMagic...)
 	e.buf = append(e.buf, version)
@@ -158,12 +168,15 @@ func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		e.buf = appendString(e.buf, kl.key)
 		e.buf = appendFloat(e.buf, kl.limit.Rate)
 		e.buf = binary.AppendVarint(e.buf, int64(kl.limit.Burst))
-		if version == snapshotV3 {
+		switch version {
+		case snapshotV3:
 			var dry byte
 			if kl.limit.DryRun {
 				dry = 1
 			}
 			e.buf = append(e.buf, dry)
+		case snapshotV4:
+			e.buf = appendQuota(e.buf, kl.limit)
 		}
 		e.maybeFlush()
 	}
@@ -195,6 +208,14 @@ func (p *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		e.buf = appendSlot(e.buf, hs.ID, hs.Slot)
 		e.maybeFlush()
 	}
+	if version == snapshotV4 {
+		e.buf = binary.AppendUvarint(e.buf, uint64(len(p.quotas)))
+		for _, q := range p.quotas {
+			e.buf = appendString(e.buf, q.Key)
+			e.buf = appendQuotaCount(e.buf, q.QuotaCount)
+			e.maybeFlush()
+		}
+	}
 	e.flush()
 	if e.err == nil {
 		var trailer [4]byte
@@ -211,7 +232,10 @@ func (p *Snapshot) sizeHint() int {
 	const varint = binary.MaxVarintLen64
 	n := len(snapshotMagic) + 1 + 7*varint + 4
 	for _, kl := range p.limits {
-		n += varint + len(kl.key) + 8 + varint + 1
+		n += varint + len(kl.key) + 8 + 2*varint + 3
+	}
+	for _, q := range p.quotas {
+		n += varint + len(q.Key) + 1 + 2*varint
 	}
 	for _, kh := range p.horizons {
 		n += varint + len(kh.key) + varint
@@ -295,7 +319,7 @@ func (s *State) Restore(r io.Reader) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.applied, s.limits, s.horizons, s.members = n.applied, n.limits, n.horizons, n.members
-	s.pauses, s.caps, s.slots = n.pauses, n.caps, n.slots
+	s.pauses, s.caps, s.slots, s.quotas = n.pauses, n.caps, n.slots, n.quotas
 	s.indexTemplates()
 	return nil
 }
@@ -318,8 +342,8 @@ func decodeSnapshot(data []byte) (*State, error) {
 		return fail("magic %q: want %q", data[:len(snapshotMagic)], snapshotMagic)
 	}
 	version := data[len(snapshotMagic)]
-	if version != snapshotV1 && version != snapshotVersion && version != snapshotV3 {
-		return fail("version %d: this build reads versions %d, %d and %d", version, snapshotV1, snapshotVersion, snapshotV3)
+	if version < snapshotV1 || version > snapshotV4 {
+		return fail("version %d: this build reads versions %d to %d", version, snapshotV1, snapshotV4)
 	}
 	body := data[:len(data)-trailer]
 	want := binary.BigEndian.Uint32(data[len(data)-trailer:])
@@ -351,12 +375,15 @@ func decodeSnapshot(data []byte) (*State, error) {
 	if d.err == nil {
 		st.limits = make(map[string]Limit, n)
 	}
-	prev, dryRuns := "", false
+	prev, dryRuns, quotas := "", false, false
 	for i := 0; i < n && d.err == nil; i++ {
 		key := d.str("limit key", MaxKeyLen)
 		l := Limit{Rate: d.float("limit rate"), Burst: d.int("limit burst")}
-		if version == snapshotV3 {
+		switch version {
+		case snapshotV3:
 			l.DryRun = d.bit("limit dry run")
+		case snapshotV4:
+			d.quota(&l)
 		}
 		if d.err != nil {
 			break
@@ -369,6 +396,7 @@ func decodeSnapshot(data []byte) (*State, error) {
 		}
 		st.limits[key], prev = l, key
 		dryRuns = dryRuns || l.DryRun
+		quotas = quotas || l.Quota != 0
 	}
 	if version == snapshotV3 && d.err == nil && !dryRuns {
 		return fail("version 3 without a limit in dry run (not canonical: that is version 2)")
@@ -490,6 +518,40 @@ func decodeSnapshot(data []byte) (*State, error) {
 		}
 		st.slots[id], prev = sl, id
 	}
+	if version < snapshotV4 {
+		return end()
+	}
 
+	// Version 4 adds the quota counts.
+	const minQuota = 1 + 1 + 1 + 1 + 1 // key length, 1-byte key, per, window, count
+	n = d.count("quota counts", math.MaxInt, minQuota)
+	for i := 0; i < n && d.err == nil; i++ {
+		key := d.str("quota key", MaxKeyLen)
+		c := d.quotaCount()
+		if d.err != nil {
+			break
+		}
+		if err := validateKey(key); err != nil {
+			return fail("quota count %d: %w", i, err)
+		}
+		if err := c.validate(); err != nil || c.Per == 0 {
+			return fail("quota count %d key %s: %w", i, quote(key), errors.Join(err, errNoPeriod(c)))
+		}
+		if i > 0 && key <= prev {
+			return fail("quota count %d key %s: not after the previous key %s (keys must be sorted and unique)", i, quote(key), quote(prev))
+		}
+		st.quotas[key], prev = c, key
+	}
+	if d.err == nil && !quotas && n == 0 {
+		return fail("version 4 without a quota or a quota count (not canonical: that is version 2 or 3)")
+	}
 	return end()
+}
+
+// errNoPeriod: a stored count names its period (a removal is not stored).
+func errNoPeriod(c QuotaCount) error {
+	if c.Per == 0 {
+		return fmt.Errorf("%w: Per 0: a removed count is not stored", ErrInvalidLimit)
+	}
+	return nil
 }

@@ -131,10 +131,10 @@ func TestState_RestoreV1(t *testing.T) {
 		for range rng.IntN(60) {
 			c := randCommand(rng, []string{"a", "b", "c"})
 			switch c := c.(type) {
-			case SetPause, SetCap, DeleteCap, AcquireSlots, ReleaseSlots:
+			case SetPause, SetCap, DeleteCap, AcquireSlots, ReleaseSlots, CommitQuotas:
 				continue
 			case SetLimit:
-				if c.Limit.DryRun {
+				if c.Limit.DryRun || c.Limit.Quota != 0 {
 					continue
 				}
 			}
@@ -275,8 +275,9 @@ func TestState_RestoreCorrupt(t *testing.T) {
 	check("trailing byte", append(bytes.Clone(good), 0), "checksum mismatch")
 	check("empty", nil, "too short")
 	check("bad magic", withCRC([]byte("RPSX\x01\x00\x00\x00\x00")), `magic "RPSX"`)
-	check("version 0", withCRC([]byte("RPSN\x00\x00\x00\x00\x00\x00\x00\x00")), "version 0: this build reads versions 1, 2 and 3")
-	check("version 4", withCRC([]byte("RPSN\x04\x00\x00\x00\x00\x00\x00\x00")), "version 4")
+	check("version 0", withCRC([]byte("RPSN\x00\x00\x00\x00\x00\x00\x00\x00")), "version 0: this build reads versions 1 to 4")
+	check("version 5", withCRC([]byte("RPSN\x05\x00\x00\x00\x00\x00\x00\x00")), "version 5")
+	check("version 4 without a quota", withCRC([]byte("RPSN\x04\x00\x00\x00\x00\x00\x00\x00\x00")), "version 4 without a quota")
 	check("version 3 without a dry run", withCRC([]byte("RPSN\x03\x00\x00\x00\x00\x00\x00\x00")), "version 3 without a limit in dry run")
 	check("version 2 without its sections", withCRC([]byte("RPSN\x02\x00\x00\x00\x00")), "pauses count: truncated")
 	check("version 1 with empty version-2 sections", withCRC([]byte("RPSN\x01\x00\x00\x00\x00\x00\x00\x00")), "3 unexpected bytes")

@@ -93,6 +93,7 @@ type State struct {
 	pauses   map[string]time.Duration // never holds 0: SetPause{For: 0} deletes
 	caps     map[string]int
 	slots    map[string]Slot // by ID; Keys slices are never modified once stored
+	quotas   map[string]QuotaCount
 	// templates: the keys of limits that are templates, most specific
 	// first (template.go); derived from limits, never encoded.
 	templates []string
@@ -120,6 +121,7 @@ func New() *State {
 		pauses:   map[string]time.Duration{},
 		caps:     map[string]int{},
 		slots:    map[string]Slot{},
+		quotas:   map[string]QuotaCount{},
 	}
 }
 
@@ -191,6 +193,10 @@ func (s *State) Apply(index uint64, c Command) error {
 		for _, id := range c.IDs {
 			delete(s.slots, id)
 		}
+	case CommitQuotas:
+		for _, e := range c.Entries {
+			s.applyQuota(e)
+		}
 	}
 	s.applied = index
 	return nil
@@ -215,6 +221,9 @@ func (s *State) init() {
 	}
 	if s.slots == nil {
 		s.slots = map[string]Slot{}
+	}
+	if s.quotas == nil {
+		s.quotas = map[string]QuotaCount{}
 	}
 }
 

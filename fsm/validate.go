@@ -179,6 +179,10 @@ type Limit struct {
 	Rate   float64 // events per second: finite, > 0, <= MaxRate
 	Burst  int     // >= 1, <= MaxBurst
 	DryRun bool    // admit everything; count what would have waited
+	// Quota, when > 0, is a budget of events per calendar window of Per
+	// (UTC, on the leader's clock: see quota.go), beside the rate.
+	Quota int64
+	Per   Period
 }
 
 // Validate reports every problem with l at once (errors.Join). Each error
@@ -189,7 +193,7 @@ func (l Limit) Validate() error {
 
 func (l Limit) problems() []error {
 	var errs []error
-	for _, p := range l.Explain("Rate", "Burst") {
+	for _, p := range append(l.Explain("Rate", "Burst"), l.quotaProblems("Quota")...) {
 		errs = append(errs, fmt.Errorf("%w: %s", ErrInvalidLimit, p))
 	}
 	return errs
