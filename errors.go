@@ -101,3 +101,33 @@ func (e *PolicyConflictError) Error() string {
 }
 
 func (e *PolicyConflictError) Unwrap() error { return ErrPolicyConflict }
+
+// ErrQuotaExhausted: the key's quota (a budget per calendar window) is
+// spent for the current window. A *QuotaExhaustedError says when it
+// resets; it also matches ErrLimitExceeded, since a caller that sheds on
+// one should shed on the other.
+var ErrQuotaExhausted = errors.New("quota exhausted")
+
+// QuotaExhaustedError is returned when an event would pass the key's quota
+// for its current window. Nothing was consumed. A quota's next window is
+// never reserved ahead: ask again at Reset.
+type QuotaExhaustedError struct {
+	Key   string
+	Quota int64
+	Per   string    // "minute", "hour", "day" or "month"; "" when not known (from another node)
+	Reset time.Time // when the next window begins
+}
+
+func (e *QuotaExhaustedError) Error() string {
+	q := "its quota"
+	if e.Per != "" {
+		q = fmt.Sprintf("its quota of %d per %s", e.Quota, e.Per)
+	}
+	return fmt.Sprintf("node: %q: %s: %s is spent until %s (in %v)", e.Key, ErrQuotaExhausted, q, e.Reset.UTC().Format(time.RFC3339), time.Until(e.Reset).Round(time.Second))
+}
+
+// Is makes a QuotaExhaustedError match both ErrQuotaExhausted and
+// ErrLimitExceeded.
+func (e *QuotaExhaustedError) Is(target error) bool {
+	return target == ErrQuotaExhausted || target == ErrLimitExceeded
+}

@@ -47,3 +47,21 @@ func KeysOf(wants []Want) string {
 	}
 	return strings.Join(q, ", ")
 }
+
+// Remaining is what a key's limit has left, as its leader counts it when
+// asked (exact there; it may change the moment after).
+type Remaining struct {
+	Key string
+	// Tokens is how many events the rate would grant at once fleet-wide
+	// (at most Burst), as x/time/rate's Tokens: 0 while a queue waits.
+	Tokens int
+	Burst  int
+	// The quota, when the limit has one (Quota 0 otherwise): Left of Quota
+	// per Per remain in the window [WindowStart, Reset), Used are granted
+	// (slots leased to members and not yet used count as granted).
+	Quota       int64
+	Per         string
+	Used, Left  int64
+	WindowStart time.Time
+	Reset       time.Time
+}

@@ -61,7 +61,9 @@ func (p *Pacer) ReserveAll(ctx context.Context, done <-chan struct{}, wants []ra
 			p.mu.Unlock()
 			return 0, 0, &raftpace.LimitExceededError{Key: g[last].want.Key, Wait: wait, MaxWait: maxWait}
 		}
-		var ch <-chan struct{} // a key's horizon falls short: wait for it
+		var ch <-chan struct{} // a key's horizon or quota falls short: wait for it
+		var until int64        // a key's slot lies in its quota's next window
+		wallNow := p.Wall()
 		for i := range g {
 			ks := g[i].ks
 			if g[i].tat-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
@@ -69,17 +71,30 @@ func (p *Pacer) ReserveAll(ctx context.Context, done <-chan struct{}, wants []ra
 				return 0, 0, &raftpace.LimitExceededError{Key: g[i].want.Key, Wait: wait, MaxWait: maxWait}
 			}
 			ks.demand = now
+			u, short, err := p.quotaCheck(g[i].want.Key, ks, now, wallNow, at, int64(g[i].want.Count))
+			if err != nil {
+				p.mu.Unlock()
+				return 0, 0, err
+			}
+			until = max(until, u)
 			if g[i].tat > ks.horizon {
 				ks.need = max(ks.need, g[i].tat)
-				if ch == nil {
-					ch = ks.changed
-				}
 			}
+			if (g[i].tat > ks.horizon || short) && ch == nil {
+				ch = ks.changed
+			}
+		}
+		if until > 0 {
+			if err := p.awaitWindow(until, g[last].want.Key, h, ctx, done); err != nil {
+				return 0, 0, err
+			}
+			continue
 		}
 		if ch == nil {
 			for i := range g {
 				ks := g[i].ks
 				ks.tat = g[i].tat
+				p.spend(ks, int64(g[i].want.Count))
 				if ks.horizon-ks.tat < p.ahead/2 {
 					p.Kick()
 				}

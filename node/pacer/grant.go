@@ -233,6 +233,25 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 		if fit := (ks.horizon - tatp) / T; fit < n {
 			n = fit
 		}
+		wallNow := p.Wall()
+		until, _, err := p.quotaCheck(key, ks, now, wallNow, now+first, 1)
+		if err != nil {
+			p.mu.Unlock()
+			return wire.Lease{}, err
+		}
+		if until > 0 {
+			if err := p.awaitWindow(until, key, h, ctx, done); err != nil {
+				return wire.Lease{}, err
+			}
+			continue
+		}
+		if q := ks.q; q != nil {
+			// Under the committed count, and every slot in the window.
+			n = min(n, q.committed-q.used)
+			if n > 0 {
+				n = min(n, 1+(int64(q.end.Sub(wallNow))-1-base)/T)
+			}
+		}
 		// Every slot must be paced at this F: cut the lease where the
 		// share's reach (or F) changes rather than refuse it.
 		for n > 1 {
@@ -244,6 +263,7 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 		ks.demand = now
 		if n >= 1 {
 			ks.tat = tatp + n*T
+			p.spend(ks, n)
 			l := wire.Lease{Base: base, Spacing: T, Count: int(n), Held: now - h.entry}
 			if ks.held == nil {
 				ks.held = make(map[string]int64)

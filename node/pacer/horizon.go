@@ -15,6 +15,9 @@ type Extension struct {
 	gen     uint64
 	Cmd     fsm.ExtendHorizons
 	targets map[string]int64 // key -> new local horizon (proposal time + Ahead)
+	// Quotas commits quota counts ahead of use (quota.go); committed, each
+	// becomes its key's count to grant under.
+	Quotas fsm.CommitQuotas
 }
 
 // Collect chooses the keys whose horizon should move: those a request is
@@ -37,9 +40,10 @@ func (p *Pacer) Collect() (Extension, bool) {
 		return Extension{}, false
 	}
 	now := p.now()
+	wallNow := p.Wall()
 	ext := Extension{gen: p.gen, targets: make(map[string]int64)}
 	for key, ks := range p.keys {
-		if len(ext.Cmd.Entries) == maxExtendBatch {
+		if len(ext.Cmd.Entries) == maxExtendBatch || len(ext.Quotas.Entries) == maxExtendBatch {
 			break
 		}
 		if now-ks.seen > int64(p.IdleAfter) && ks.tat <= now && ks.need <= ks.horizon {
@@ -55,6 +59,9 @@ func (p *Pacer) Collect() (Extension, bool) {
 		base := max(now, ks.tat)
 		waiting := ks.need > ks.horizon
 		active := now-ks.demand < 2*p.ahead && ks.demand != 0
+		if e, ok := p.quotaEntry(key, ks, wallNow, active); ok {
+			ext.Quotas.Entries = append(ext.Quotas.Entries, e)
+		}
 		if !waiting && !(active && ks.horizon-base < p.ahead/2) {
 			continue
 		}
@@ -73,8 +80,10 @@ func (p *Pacer) Collect() (Extension, bool) {
 	}
 	// Map order is random; one order makes the entry's bytes depend only
 	// on what it says.
+	ext.Quotas.Entries = append(ext.Quotas.Entries, p.endedQuotas(now, wallNow, maxExtendBatch-len(ext.Quotas.Entries))...)
 	sort.Slice(ext.Cmd.Entries, func(i, j int) bool { return ext.Cmd.Entries[i].Key < ext.Cmd.Entries[j].Key })
-	return ext, len(ext.Cmd.Entries) > 0
+	sort.Slice(ext.Quotas.Entries, func(i, j int) bool { return ext.Quotas.Entries[i].Key < ext.Quotas.Entries[j].Key })
+	return ext, len(ext.Cmd.Entries) > 0 || len(ext.Quotas.Entries) > 0
 }
 
 // Cursors returns, for a leader about to hand over (it has stopped
@@ -122,6 +131,14 @@ func (p *Pacer) Committed(ext Extension) {
 		if target > ks.horizon {
 			ks.horizon = target
 		}
+		ks.wake()
+	}
+	for _, e := range ext.Quotas.Entries {
+		ks := p.keys[e.Key]
+		if ks == nil || ks.q == nil || ks.q.per != e.Per || ks.q.window != e.Window {
+			continue // a removal, or a window this leader no longer counts
+		}
+		ks.q.committed = max(ks.q.committed, e.Count)
 		ks.wake()
 	}
 }

@@ -44,6 +44,13 @@ type Pacer struct {
 	IdleAfter time.Duration
 	// Granted is told of every grant (outside mu), for the history.
 	Granted func(key string, count int)
+	// Wall is the wall clock quota windows are read on (quota.go).
+	Wall func() time.Time
+	// Quotas gives a key's committed quota count as this node applied it,
+	// StoredQuotas every one (to remove those of ended windows); nil: none.
+	Quotas       func(key string) (fsm.QuotaCount, bool)
+	StoredQuotas func() map[string]fsm.QuotaCount
+	swept        int64 // when Collect last looked for ended quota windows
 
 	mu      sync.Mutex
 	leading bool
@@ -66,6 +73,7 @@ type keyState struct {
 	// leadership only): a node already holding slots more than two spans
 	// ahead gets no multi-slot lease, so it cannot hoard the rate.
 	held map[string]int64
+	q    *quota // the count of its quota's current window; nil: none loaded
 }
 
 // DefaultIdleAfter is Pacer.IdleAfter unless changed.
@@ -85,6 +93,7 @@ func New(now func() int64, ahead, span time.Duration, tracked func(string) (int6
 		keys:      make(map[string]*keyState),
 		kicks:     make(chan struct{}, 1),
 		Granted:   func(string, int) {},
+		Wall:      time.Now,
 	}
 }
 
@@ -203,6 +212,7 @@ func (p *Pacer) Lead(gen uint64) bool {
 		ks.horizon = ks.tat
 		ks.need = 0
 		ks.held = nil
+		ks.q = nil // read again from the committed count
 	}
 	p.leading = true
 	p.Kick()
