@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -136,6 +137,7 @@ func (SetCap) commandType() uint8         { return typeSetCap }
 func (DeleteCap) commandType() uint8      { return typeDeleteCap }
 func (AcquireSlots) commandType() uint8   { return typeAcquireSlots }
 func (ReleaseSlots) commandType() uint8   { return typeReleaseSlots }
+func (CommitQuotas) commandType() uint8   { return typeCommitQuotas }
 
 // commandName is the Go type name, for error messages.
 func commandName(t uint8) string {
@@ -166,60 +168,22 @@ func commandName(t uint8) string {
 	return fmt.Sprintf("type %d", t)
 }
 
-// deref turns a pointer command into its value, so the rest of the package
-// switches on values only.
+// deref turns a pointer command into its value, so the rest of the
+// package switches on values only. Every command is a struct type of this
+// package with value methods, so a pointer to one is a pointer to a
+// Command.
 func deref(c Command) (Command, error) {
-	switch v := c.(type) {
-	case nil:
+	if c == nil {
 		return nil, fmt.Errorf("%w: nil command", ErrInvalidCommand)
-	case *SetLimit:
-		if v != nil {
-			return *v, nil
-		}
-	case *DeleteLimit:
-		if v != nil {
-			return *v, nil
-		}
-	case *ExtendHorizons:
-		if v != nil {
-			return *v, nil
-		}
-	case *UpsertMember:
-		if v != nil {
-			return *v, nil
-		}
-	case *RemoveMember:
-		if v != nil {
-			return *v, nil
-		}
-	case *SetPause:
-		if v != nil {
-			return *v, nil
-		}
-	case *SetCap:
-		if v != nil {
-			return *v, nil
-		}
-	case *DeleteCap:
-		if v != nil {
-			return *v, nil
-		}
-	case *AcquireSlots:
-		if v != nil {
-			return *v, nil
-		}
-	case *ReleaseSlots:
-		if v != nil {
-			return *v, nil
-		}
-	case *CommitQuotas:
-		if v != nil {
-			return *v, nil
-		}
-	default:
+	}
+	v := reflect.ValueOf(c)
+	if v.Kind() != reflect.Pointer {
 		return c, nil
 	}
-	return nil, fmt.Errorf("%w: nil %T", ErrInvalidCommand, c)
+	if v.IsNil() {
+		return nil, fmt.Errorf("%w: nil %T", ErrInvalidCommand, c)
+	}
+	return v.Elem().Interface().(Command), nil
 }
 
 // validate checks the fields of a value command. Errors name the field and

@@ -33,6 +33,9 @@ func decodeSeeds(t testing.TB) map[string][]byte {
 	seeds["valid-set-pause-max"] = mustEncode(t, SetPause{Key: "k", For: MaxPause})
 	seeds["valid-set-cap-max"] = mustEncode(t, SetCap{Key: "k", Max: MaxCap})
 	seeds["valid-set-limit-max"] = mustEncode(t, SetLimit{Key: "k", Limit: Limit{Rate: MaxRate, Burst: MaxBurst}})
+	seeds["valid-set-limit-quota"] = mustEncode(t, SetLimit{Key: "k", Limit: Limit{Rate: 10, Burst: 10, Quota: 100000, Per: PerDay}})
+	seeds["valid-commit-quotas"] = mustEncode(t, CommitQuotas{Entries: []QuotaEntry{{Key: "a", QuotaCount: QuotaCount{PerMonth, 1796083200, 7}}, {Key: "b"}}})
+	seeds["invalid-commit-quotas-unaligned"] = mustEncodeRaw(CommitQuotas{Entries: []QuotaEntry{{Key: "a", QuotaCount: QuotaCount{PerDay, 1796083201, 7}}}})
 	seeds["invalid-unknown-type"] = []byte{1, 99, 1, 'k'}
 	seeds["invalid-version"] = []byte{2, 2, 1, 'k'}
 	seeds["invalid-non-minimal"] = []byte{1, 2, 0x81, 0x00, 'k'}
@@ -67,6 +70,10 @@ func restoreSeeds(t testing.TB) map[string][]byte {
 	mustApply(t, s, 203, AcquireSlots{ID: "node-2/1", Holder: "node-2", Keys: []string{"z", "google-images"}, TTL: time.Minute})
 	mustApply(t, s, 204, AcquireSlots{ID: "node-1/9", Holder: "node-1", Keys: []string{"z"}, TTL: time.Second})
 	seeds["valid-small"] = snapshotBytes(t, s)
+	q := New()
+	mustApply(t, q, 1, SetLimit{Key: "api", Limit: Limit{Rate: 10, Burst: 10, Quota: 100000, Per: PerDay}})
+	mustApply(t, q, 2, CommitQuotas{Entries: []QuotaEntry{{Key: "api", QuotaCount: QuotaCount{PerDay, 1796515200, 1200}}}})
+	seeds["valid-v4-quota"] = snapshotBytes(t, q)
 	seeds["valid-random"] = snapshotBytes(t, randState(t, newRand(11), 8))
 	bad := bytes.Clone(seeds["valid-small"])
 	bad[len(bad)/2] ^= 0x10
@@ -158,4 +165,15 @@ func checkRestore(t *testing.T, b []byte) {
 	if after := snapshotBytes(t, s); !bytes.Equal(after, want) {
 		t.Fatalf("Restore accepted %x, which snapshots as %x", b, after)
 	}
+}
+
+// mustEncodeRaw encodes c without validating it (for invalid seeds).
+func mustEncodeRaw(c CommitQuotas) []byte {
+	b := []byte{codecVersion, typeCommitQuotas}
+	b = binary.AppendUvarint(b, uint64(len(c.Entries)))
+	for _, e := range c.Entries {
+		b = appendString(b, e.Key)
+		b = appendQuotaCount(b, e.QuotaCount)
+	}
+	return b
 }

@@ -37,11 +37,8 @@ var periodNames = [...]string{PerMinute: "minute", PerHour: "hour", PerDay: "day
 
 // String is "minute", "hour", "day" or "month"; "" for none.
 func (p Period) String() string {
-	if p.valid() {
+	if p.valid() || p == 0 {
 		return periodNames[p]
-	}
-	if p == 0 {
-		return ""
 	}
 	return fmt.Sprintf("Period(%d)", uint8(p))
 }
@@ -144,8 +141,6 @@ type CommitQuotas struct {
 	Entries []QuotaEntry
 }
 
-func (CommitQuotas) commandType() uint8 { return typeCommitQuotas }
-
 func validateQuotaEntries(es []QuotaEntry) error {
 	if len(es) == 0 || len(es) > MaxHorizonEntries {
 		return fmt.Errorf("%d entries: must be 1..%d (MaxHorizonEntries)", len(es), MaxHorizonEntries)
@@ -186,8 +181,7 @@ func (c QuotaCount) validate() error {
 	return nil
 }
 
-// maxWindow bounds a window's start: the year 9999.
-const maxWindow = 253402300799
+const maxWindow = 253402300799 // the latest window start: the year 9999
 
 // applyQuota is CommitQuotas's rule for one entry (s.mu held).
 func (s *State) applyQuota(e QuotaEntry) {

@@ -162,7 +162,8 @@ type Config struct {
 // Unsafe lists the protections that tests may turn off.
 type Unsafe struct {
 	// FreshStart: a new leader starts every key at now instead of at the
-	// horizon it inherited, so it may grant slots the old leader granted.
+	// horizon it inherited, and every quota's count at 0 instead of the
+	// committed one, so it may grant slots the old leader granted.
 	FreshStart bool
 	// SpendExpired: leased slots are served even after their use-by has
 	// passed (a follower that was paused spends stale slots at once).

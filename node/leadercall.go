@@ -135,6 +135,9 @@ func (n *Node) grantErr(what, key string, code uint8, wait, maxWait time.Duratio
 	switch code {
 	case wire.CodeLimitExceeded:
 		return &raftpace.LimitExceededError{Key: key, Wait: wait, MaxWait: maxWait}
+	case wire.CodeQuotaExhausted:
+		lim, _ := n.state.Limit(key)
+		return &raftpace.QuotaExhaustedError{Key: key, Quota: lim.Quota, Per: lim.Per.String(), Reset: time.Now().Add(wait)}
 	case wire.CodePaused:
 		return n.leaderPaused(key, wait)
 	case wire.CodeNotLeader:

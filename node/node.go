@@ -159,6 +159,7 @@ func (n *Node) start() error {
 	n.leases, n.leaseWire = n.newLeases(), lease.NewInFlight(lease.MaxInFlight)
 	n.shares = shares.New(n.now, cfg.ShareTTL)
 	n.pacer.Shares = n.shares
+	n.pacer.Quotas, n.pacer.StoredQuotas = n.state.QuotaCount, n.state.QuotaCounts
 	n.fallback = n.newFallback()
 	n.gate = n.newGate()
 	n.slots = n.newSlots()

@@ -154,10 +154,12 @@ func (n *Node) extendOnce() bool {
 	if !ok {
 		return false
 	}
-	if _, err := n.commit(&ext.Cmd, commitTimeout); err != nil {
-		n.stats.extendErrors.Add(1)
-		n.log.Warn("horizon extension not committed", "keys", len(ext.Cmd.Entries), "err", err)
-		return false
+	for _, c := range ext.Commands() {
+		if _, err := n.commit(c, commitTimeout); err != nil {
+			n.stats.extendErrors.Add(1)
+			n.log.Warn("horizon extension not committed", "keys", len(ext.Cmd.Entries), "quotas", len(ext.Quotas.Entries), "err", err)
+			return false
+		}
 	}
 	n.stats.extensions.Add(1)
 	n.pacer.Committed(ext)

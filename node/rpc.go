@@ -26,6 +26,9 @@ func (n *Node) handlers() map[uint8]rpcHandler {
 		wire.MethodLease: func(ctx context.Context, req []byte) ([]byte, error) {
 			return n.pacer.ServeLease(ctx, n.ctx.Done(), req, n.PausedFor), nil
 		},
+		wire.MethodRemaining: func(_ context.Context, req []byte) ([]byte, error) {
+			return n.pacer.ServeRemaining(req), nil
+		},
 		wire.MethodShare:        n.serveShare,
 		wire.MethodSetLimit:     n.serveSetLimit,
 		wire.MethodRemoveServer: n.serveRemoveServer,

@@ -169,7 +169,7 @@ func agentFlags() (*cmdline.Flags, *agentConfig) {
 	f.DurationVar(&a.witnessTTL, "witness-ttl", def.WitnessTTL, "with --postgres: a member cut off from its leader and from Postgres paces locally\nat most this long after its last heartbeat (`DURATION`); a dead member's\nfraction returns once Postgres has missed its heartbeats")
 	f.BoolVar(&a.unsafeReclaim, "unsafe-reclaim-without-fence", false, "UNSAFE, TESTS ONLY: the leader takes a silent member's fraction back without fencing it in Postgres (breaks the ceiling)")
 	f.BoolVar(&a.unsafeFallbackFull, "unsafe-fallback-full-rate", false, "UNSAFE, TESTS ONLY: fallback paces at the full rate, not the node's fraction (breaks the ceiling)")
-	f.BoolVar(&a.unsafeFreshStart, "unsafe-fresh-start", false, "UNSAFE, TESTS ONLY: a new leader ignores inherited horizons (breaks the ceiling)")
+	f.BoolVar(&a.unsafeFreshStart, "unsafe-fresh-start", false, "UNSAFE, TESTS ONLY: a new leader ignores inherited horizons and quota counts (breaks the ceiling)")
 	f.BoolVar(&a.unsafeSpendExpired, "unsafe-spend-expired", false, "UNSAFE, TESTS ONLY: leased slots are spent after their use-by (breaks the ceiling)")
 	f.WithEnv("node-id", "data-dir", "bind", "advertise", "gossip-bind", "gossip-advertise", "bootstrap-expect",
 		"join", "http", "socket", "cluster-name", "voters", "horizon-ahead", "raft-timing", "log-format", "log-level",

@@ -66,6 +66,12 @@ func (fb *Fallback) ReserveAll(wants []raftpace.Want, maxWait time.Duration) (ra
 			// gets ErrNoLeader; fallback never admits a key it has no rate for.
 			return raftpace.Reservation{}, wire.ErrNotLeader
 		}
+		if lim.Quota != 0 {
+			// A quota is counted by the leader only (package pacer): no
+			// member knows what the others and the last leader granted of
+			// its window, so none may spend it alone.
+			return raftpace.Reservation{}, fmt.Errorf("node: reserve %q: %w: its quota is counted by the leader only, and this member is in fallback", w.Key, raftpace.ErrNoLeader)
+		}
 		lims[i] = lim
 	}
 	fb.mu.Lock()

@@ -20,6 +20,19 @@ type Extension struct {
 	Quotas fsm.CommitQuotas
 }
 
+// Commands are the extension's entries to commit, in order: horizons,
+// then quota counts (the ones it has).
+func (ext *Extension) Commands() []fsm.Command {
+	var out []fsm.Command
+	if len(ext.Cmd.Entries) > 0 {
+		out = append(out, &ext.Cmd)
+	}
+	if len(ext.Quotas.Entries) > 0 {
+		out = append(out, &ext.Quotas)
+	}
+	return out
+}
+
 // Collect chooses the keys whose horizon should move: those a request is
 // waiting on, and those with recent demand whose horizon is less than half
 // the look-ahead away. The Ahead of each entry is measured from now, which is

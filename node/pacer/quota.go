@@ -57,7 +57,7 @@ func (p *Pacer) quotaLocked(key string, ks *keyState, wall time.Time) *quota {
 		return q
 	}
 	q := &quota{per: ks.limit.Per, window: start.Unix(), end: end}
-	if p.Quotas != nil {
+	if p.Quotas != nil && !p.Fresh { // Fresh: the unsafe twin, as with horizons
 		if c, ok := p.Quotas(key); ok && c.Per == q.per && c.Window == q.window {
 			q.used, q.committed = c.Count, c.Count
 		}

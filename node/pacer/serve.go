@@ -38,6 +38,10 @@ func (p *Pacer) ServeReserve(ctx context.Context, done <-chan struct{}, req []by
 	ctx, cancel := callerBound(ctx, m.MaxWait)
 	defer cancel()
 	wait, held, err := p.ReserveAll(ctx, done, m.Wants, m.MaxWait)
+	var qe *raftpace.QuotaExhaustedError
+	if errors.As(err, &qe) {
+		return wire.ReserveResp{Code: wire.CodeQuotaExhausted, Wait: p.untilReset(qe), Msg: wire.ErrMsg(err), Key: nameKey(qe.Key)}.Encode()
+	}
 	var le *raftpace.LimitExceededError
 	if errors.As(err, &le) {
 		return wire.ReserveResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err), Key: nameKey(le.Key)}.Encode()
@@ -63,6 +67,10 @@ func (p *Pacer) ServeLease(ctx context.Context, done <-chan struct{}, req []byte
 	ctx, cancel := callerBound(ctx, m.MaxWait)
 	defer cancel()
 	l, err := p.Lease(ctx, done, m.Key, m.Holder, m.Count, m.MaxWait)
+	var qe *raftpace.QuotaExhaustedError
+	if errors.As(err, &qe) {
+		return wire.LeaseResp{Code: wire.CodeQuotaExhausted, Wait: p.untilReset(qe), Msg: wire.ErrMsg(err)}.Encode()
+	}
 	var le *raftpace.LimitExceededError
 	if errors.As(err, &le) {
 		return wire.LeaseResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode()
@@ -75,4 +83,23 @@ func (p *Pacer) ServeLease(ctx context.Context, done <-chan struct{}, req []byte
 // leader must not grant a slot long after the caller gave up on it.
 func callerBound(ctx context.Context, maxWait time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, max(maxWait, 0)+time.Second)
+}
+
+// untilReset is how long a spent quota has left, on this leader's clock:
+// the asking node places the reset from the answer's arrival.
+func (p *Pacer) untilReset(qe *raftpace.QuotaExhaustedError) time.Duration {
+	return max(0, qe.Reset.Sub(p.Wall()))
+}
+
+// ServeRemaining is the leader's side of wire.MethodRemaining.
+func (p *Pacer) ServeRemaining(req []byte) []byte {
+	m, err := wire.DecodeRemainingReq(req)
+	if err == nil {
+		err = fsm.ValidateKey(m.Key)
+	}
+	if err != nil {
+		return wire.RemainingResp{Code: wire.CodeInvalid, Msg: wire.ErrMsg(err)}.Encode()
+	}
+	r, err := p.Remaining(m.Key)
+	return wire.RemainingResp{Code: wire.CodeFor(err), Remaining: r, Msg: wire.ErrMsg(err)}.Encode()
 }

@@ -71,6 +71,7 @@ func sameMsg(a, b any) bool {
 	if sa, ok := a.(SetLimitReq); ok {
 		sb := b.(SetLimitReq)
 		return sa.Key == sb.Key && sa.Limit.Burst == sb.Limit.Burst && sa.Limit.DryRun == sb.Limit.DryRun &&
+			sa.Limit.Quota == sb.Limit.Quota && sa.Limit.Per == sb.Limit.Per &&
 			math.Float64bits(sa.Limit.Rate) == math.Float64bits(sb.Limit.Rate)
 	}
 	if sa, ok := a.(ShareAnswer); ok {
@@ -99,13 +100,15 @@ var rpcCodecs = []rpcCodec{
 	codecOf("AcquireReq", DecodeAcquireReq, AcquireReq.Encode),
 	codecOf("AcquireResp", DecodeAcquireResp, AcquireResp.Encode),
 	codecOf("ReleaseReq", DecodeReleaseReq, ReleaseReq.Encode),
+	codecOf("RemainingReq", DecodeRemainingReq, RemainingReq.Encode),
+	codecOf("RemainingResp", func(b []byte) (RemainingResp, error) { return DecodeRemainingResp(b, "k") }, RemainingResp.Encode),
 }
 
 // TestRPCCodecsComplete fails when a decoder is added to the package
 // without being added to rpcCodecs (and so to FuzzRPCDecode).
 func TestRPCCodecsComplete(t *testing.T) {
 	var src []byte
-	for _, f := range []string{"rate.go", "gate.go"} {
+	for _, f := range []string{"rate.go", "gate.go", "remaining.go"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -155,6 +158,13 @@ func rpcSeeds() []rpcSeed {
 		{"valid-reserve-resp-limited", "ReserveResp", ReserveResp{Code: CodeLimitExceeded, Wait: time.Minute, Msg: "node: limit exceeded"}.Encode()},
 		{"valid-set-limit-req", "SetLimitReq", SetLimitReq{Key: "k", Limit: fsm.Limit{Rate: 200, Burst: 10}}.Encode()},
 		{"valid-set-limit-req-dry-run", "SetLimitReq", SetLimitReq{Key: "k", Limit: fsm.Limit{Rate: 5, Burst: 1, DryRun: true}}.Encode()},
+		{"valid-set-limit-req-quota", "SetLimitReq", SetLimitReq{Key: "k", Limit: fsm.Limit{Rate: 10, Burst: 10, Quota: 100000, Per: fsm.PerDay}}.Encode()},
+		{"valid-set-limit-req-quota-dry-run", "SetLimitReq", SetLimitReq{Key: "k", Limit: fsm.Limit{Rate: 10, Burst: 1, DryRun: true, Quota: 5, Per: fsm.PerMinute}}.Encode()},
+		{"valid-remaining-req", "RemainingReq", RemainingReq{Key: "tenant:acme"}.Encode()},
+		{"valid-remaining-resp", "RemainingResp", RemainingResp{Code: CodeOK, Remaining: raftpace.Remaining{Key: "k", Tokens: 3, Burst: 10, Quota: 100000, Per: "day", Used: 7, Left: 99993, WindowStart: time.Unix(1796515200, 0).UTC(), Reset: time.Unix(1796601600, 0).UTC()}}.Encode()},
+		{"valid-reserve-resp-quota", "ReserveResp", ReserveResp{Code: CodeQuotaExhausted, Wait: time.Hour, Msg: "quota", Key: "global"}.Encode()},
+		{"invalid-set-limit-req-dry-0", "SetLimitReq", append(SetLimitReq{Key: "k", Limit: fsm.Limit{Rate: 1, Burst: 1}}.Encode(), 0)},
+		{"invalid-remaining-resp-left-past-quota", "RemainingResp", RemainingResp{Code: CodeOK, Remaining: raftpace.Remaining{Quota: 5, Left: 6}}.Encode()},
 		{"valid-set-limit-req-nan", "SetLimitReq", SetLimitReq{Key: "k", Limit: fsm.Limit{Rate: math.NaN(), Burst: 1}}.Encode()},
 		{"valid-index-resp", "IndexResp", IndexResp{Code: CodeOK, Index: 42}.Encode()},
 		{"valid-index-resp-error", "IndexResp", IndexResp{Code: CodeUnavailable, Msg: "no quorum"}.Encode()},

@@ -187,14 +187,24 @@ func DecodeReserveResp(b []byte) (ReserveResp, error) {
 }
 
 // Encode ends with a byte 1 only for a limit in dry run, so a leader of a
-// build without dry runs refuses it (trailing bytes) rather than enforce it.
+// build without dry runs refuses it (trailing bytes) rather than enforce it;
+// a limit with a quota then adds Quota and Per (after a dry-run byte of 0 or
+// 1), which a build without quotas refuses the same way.
 func (m SetLimitReq) Encode() []byte {
 	b := []byte{Version}
 	b = appendString(b, m.Key)
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(m.Limit.Rate))
 	b = binary.AppendUvarint(b, uint64(m.Limit.Burst))
-	if m.Limit.DryRun {
-		b = append(b, 1)
+	if m.Limit.DryRun || m.Limit.Quota != 0 {
+		var dry byte
+		if m.Limit.DryRun {
+			dry = 1
+		}
+		b = append(b, dry)
+	}
+	if m.Limit.Quota != 0 {
+		b = binary.AppendUvarint(b, uint64(m.Limit.Quota))
+		b = append(b, byte(m.Limit.Per))
 	}
 	return b
 }
@@ -206,8 +216,19 @@ func DecodeSetLimitReq(b []byte) (SetLimitReq, error) {
 	m.Limit.Rate = r.float64()
 	burst := r.uvarint()
 	if r.err == nil && len(r.b) > 0 {
-		m.Limit.DryRun = r.byte() == 1 // the only value written
-		if !m.Limit.DryRun {
+		dry := r.byte()
+		m.Limit.DryRun = dry == 1
+		if r.err == nil && len(r.b) > 0 {
+			quota := r.uvarint()
+			m.Limit.Per = fsm.Period(r.byte())
+			if quota < 1 || quota > fsm.MaxQuota {
+				r.fail()
+			}
+			m.Limit.Quota = int64(quota)
+		} else if dry != 1 {
+			r.fail() // a byte 0 without a quota is not canonical
+		}
+		if dry > 1 {
 			r.fail()
 		}
 	}

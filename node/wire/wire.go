@@ -28,6 +28,7 @@ const (
 	MethodReleaseSlots uint8 = 8  // any node -> leader: give slots back
 	MethodSetCap       uint8 = 9  // any node -> leader: set (Max > 0) or delete (0) a cap
 	MethodSync         uint8 = 10 // any node -> leader: the index to apply to read as fresh as the leader
+	MethodRemaining    uint8 = 11 // any node -> leader: what a key's limit has left
 )
 
 // Version is the first byte of every request and answer.
@@ -47,6 +48,9 @@ const (
 	// CodePaused: the key is paused on the leader (the asking node may not
 	// have applied the pause yet); Wait carries the remaining pause.
 	CodePaused uint8 = 17
+	// CodeQuotaExhausted: the key's quota is spent for its window; Wait
+	// carries the time until the window resets.
+	CodeQuotaExhausted uint8 = 18
 )
 
 // ErrBadRPC: a message that does not decode (wrong version, truncated,
@@ -69,6 +73,8 @@ func CodeFor(err error) uint8 {
 		return CodeOK
 	case errors.Is(err, ErrNotLeader):
 		return CodeNotLeader
+	case errors.Is(err, raftpace.ErrQuotaExhausted):
+		return CodeQuotaExhausted
 	case errors.Is(err, raftpace.ErrLimitExceeded):
 		return CodeLimitExceeded
 	case errors.Is(err, raftpace.ErrUnknownKey):
@@ -89,6 +95,8 @@ func ErrFor(code uint8, msg string) error {
 		return ErrNotLeader
 	case CodeLimitExceeded:
 		return fmt.Errorf("%w (leader: %s)", raftpace.ErrLimitExceeded, msg)
+	case CodeQuotaExhausted:
+		return fmt.Errorf("%w: %w (leader: %s)", raftpace.ErrQuotaExhausted, raftpace.ErrLimitExceeded, msg)
 	case CodeUnknownKey:
 		return fmt.Errorf("%w (leader: %s)", raftpace.ErrUnknownKey, msg)
 	case CodeInvalid:
