@@ -115,9 +115,8 @@ func (l Limit) quotaProblems(field string) []string {
 	return nil
 }
 
-// QuotaCount is the count of a key's quota window that the leader
-// committed ahead of use: no more than Count events of the window are
-// ever granted.
+// QuotaCount is the count of a key's quota window the leader committed
+// ahead of use: no more than Count events of the window are granted.
 type QuotaCount struct {
 	Per    Period
 	Window int64 // the window's start, Unix seconds, UTC
@@ -149,7 +148,7 @@ func validateQuotaEntries(es []QuotaEntry) error {
 		if err := validateKey(e.Key); err != nil {
 			return fmt.Errorf("entry %d: %w", i, err)
 		}
-		if err := e.QuotaCount.validate(); err != nil {
+		if err := e.QuotaCount.Validate(); err != nil {
 			return fmt.Errorf("entry %d key %s: %w", i, quote(e.Key), err)
 		}
 	}
@@ -159,7 +158,8 @@ func validateQuotaEntries(es []QuotaEntry) error {
 	return nil
 }
 
-func (c QuotaCount) validate() error {
+// Validate reports what is wrong with c (Per 0 is a removal).
+func (c QuotaCount) Validate() error {
 	if c.Per == 0 {
 		if c.Window != 0 || c.Count != 0 {
 			return fmt.Errorf("%w: a removal (Per 0) has Window 0 and Count 0, not %d and %d", ErrInvalidLimit, c.Window, c.Count)

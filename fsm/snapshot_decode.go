@@ -140,7 +140,7 @@ func decodeSnapshot(data []byte) (*State, error) {
 		if c.Per == 0 {
 			return fmt.Errorf("%w: Per 0: a removed count is not stored", ErrInvalidLimit)
 		}
-		return c.validate()
+		return c.Validate()
 	})
 	if err != nil {
 		return fail("%w", err)

@@ -281,3 +281,66 @@ func TestPostgres_PooledFallback(t *testing.T) {
 		t.Errorf("pooled survivor admitted %.1f/s, want about 2/5 of 60/s (its fraction and the idle survivor's)", rep.AchievedRate)
 	}
 }
+
+// restoreQuota spends 40 of a quota of 60 an hour on one cluster, closes
+// it, starts another on empty data dirs against the same checkpoint and
+// spends what it lets through: the total of both for the hour.
+func restoreQuota(t *testing.T, unsafe node.Unsafe) (first, second int) {
+	url, schema := testPostgres(t)
+	opt := func(_ int, c *node.Config) {
+		c.PostgresURL, c.PostgresSchema = url, schema
+		c.ClusterName = "restore-quota"
+		c.CheckpointEvery = 100 * time.Millisecond
+		c.Unsafe = unsafe
+	}
+	lim := fsm.Limit{Rate: 50, Burst: 5, Quota: 60, Per: fsm.PerHour}
+	ctx := nodetest.Ctx(t, 90*time.Second)
+	spend := func(c *nodetest.Cluster, most int) (n int) {
+		for n < most {
+			_, err := c.Node(c.Leader()).Reserve(ctx, "q", 5, 2*time.Second)
+			if errors.Is(err, raftpace.ErrQuotaExhausted) {
+				return n
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += 5
+		}
+		return n
+	}
+	one := nodetest.New(t, 3, opt)
+	if err := one.Node(0).SetLimit(ctx, "q", lim); err != nil {
+		t.Fatal(err)
+	}
+	first = spend(one, 40)
+	time.Sleep(300 * time.Millisecond) // a last checkpoint
+	one.Close()
+	two := nodetest.New(t, 3, opt)
+	for {
+		if got, err := two.Node(two.Leader()).Limit(ctx, "q"); err == nil && got == lim {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return first, spend(two, 100)
+}
+
+// A quota survives a restart from empty data dirs: the new cluster starts
+// its window at the checkpoint's count (raised by the margin the old leader
+// could have committed since), so the hour never passes its quota.
+func TestPostgres_RestoreQuota(t *testing.T) {
+	first, second := restoreQuota(t, node.Unsafe{})
+	t.Logf("first cluster %d events, restored cluster %d: %d of a quota of 60", first, second, first+second)
+	if first != 40 || first+second > 60 {
+		t.Fatalf("first cluster %d events, restored cluster %d: %d in the hour, quota 60", first, second, first+second)
+	}
+}
+
+// The twin: with the counts not restored, the new cluster spends the
+// whole quota again.
+func TestPostgres_RestoreQuotaTwin(t *testing.T) {
+	first, second := restoreQuota(t, node.Unsafe{RestoreLimitsOnly: true})
+	if first+second <= 60 {
+		t.Fatalf("counts not restored, yet %d+%d events kept the quota of 60: the check cannot fail", first, second)
+	}
+}

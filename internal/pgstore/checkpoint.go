@@ -29,6 +29,10 @@ type Checkpoint struct {
 	// moment of writing (or, from LoadCheckpoint, of reading). Each is in
 	// (0, fsm.MaxPause]: a pause that has ended is left out.
 	Pauses map[string]time.Duration
+	// Quotas holds, per key, a count of its quota's window at least the
+	// one the leader committed (fsm.QuotaCount; the caller adds a margin
+	// for what may be committed before the next checkpoint).
+	Quotas map[string]fsm.QuotaCount
 }
 
 // validate reports every problem with cp at once.
@@ -81,6 +85,15 @@ func (cp Checkpoint) validate() error {
 			errs = append(errs, invalid(op, "Pauses[%q] %v: must be in (0, %v] (fsm.MaxPause); leave out a pause that has ended", key, d, fsm.MaxPause))
 		}
 	}
+	for _, key := range sortedKeys(cp.Quotas) {
+		if err := fsm.ValidateKey(key); err != nil {
+			errs = append(errs, invalidErr(op+": Quotas", err))
+			continue
+		}
+		if err := cp.Quotas[key].Validate(); err != nil || cp.Quotas[key].Per == 0 {
+			errs = append(errs, invalid(op, "Quotas[%q] %+v: not a committed count of a window (%v)", key, cp.Quotas[key], err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -110,11 +123,23 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp Checkpoint) error {
 	lr := make([]float64, len(lk))
 	lb := make([]int32, len(lk))
 	var dk []string // the limits in dry run
+	var qk []string // the limits with a quota
+	var qq []int64
+	var qp []int16
 	for i, k := range lk {
 		lr[i], lb[i] = cp.Limits[k].Rate, int32(cp.Limits[k].Burst)
 		if cp.Limits[k].DryRun {
 			dk = append(dk, k)
 		}
+		if l := cp.Limits[k]; l.Quota != 0 {
+			qk, qq, qp = append(qk, k), append(qq, l.Quota), append(qp, int16(l.Per))
+		}
+	}
+	ck2 := sortedKeys(cp.Quotas) // sorted, like horizons
+	cp2, cw2, cc2 := make([]int16, len(ck2)), make([]int64, len(ck2)), make([]int64, len(ck2))
+	for i, k := range ck2 {
+		c := cp.Quotas[k]
+		cp2[i], cw2[i], cc2[i] = int16(c.Per), c.Window, c.Count
 	}
 	mi := make([]string, len(cp.Members))
 	ma := make([]string, len(cp.Members))
@@ -150,6 +175,10 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp Checkpoint) error {
 		b.Queue(s.q.insertLimits, cl, lk, lr, lb)
 		b.Queue(s.q.deleteDryRuns, cl)
 		b.Queue(s.q.insertDryRuns, cl, dk)
+		b.Queue(s.q.deleteQuotas, cl)
+		b.Queue(s.q.insertQuotas, cl, qk, qq, qp)
+		b.Queue(s.q.pruneQuotaCounts, cl)
+		b.Queue(s.q.upsertQuotaCounts, cl, ck2, cp2, cw2, cc2)
 		b.Queue(s.q.deleteMembers, cl)
 		b.Queue(s.q.insertMembers, cl, mi, ma, mf)
 		b.Queue(s.q.pruneHorizons, cl, hk)
@@ -192,6 +221,7 @@ func (s *Store) LoadCheckpoint(ctx context.Context) (cp Checkpoint, found bool, 
 		Horizons: map[string]time.Duration{},
 		Caps:     map[string]int{},
 		Pauses:   map[string]time.Duration{},
+		Quotas:   map[string]fsm.QuotaCount{},
 	}
 	err = pgx.BeginTxFunc(c, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		cl := s.cfg.Cluster
@@ -210,6 +240,27 @@ func (s *Store) LoadCheckpoint(ctx context.Context) (cp Checkpoint, found bool, 
 				l.DryRun = true
 				cp.Limits[key] = l
 			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, _ = tx.Query(c, s.q.loadQuotas, cl)
+		var quota int64
+		var per int16
+		if _, err := pgx.ForEachRow(rows, []any{&key, &quota, &per}, func() error {
+			if l, ok := cp.Limits[key]; ok { // written in one transaction with the limits
+				l.Quota, l.Per = quota, fsm.Period(per)
+				cp.Limits[key] = l
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, _ = tx.Query(c, s.q.loadQuotaCounts, cl)
+		var qc fsm.QuotaCount
+		if _, err := pgx.ForEachRow(rows, []any{&key, &per, &qc.Window, &qc.Count}, func() error {
+			qc.Per = fsm.Period(per)
+			cp.Quotas[key] = qc
 			return nil
 		}); err != nil {
 			return err
@@ -252,7 +303,7 @@ func (s *Store) LoadCheckpoint(ctx context.Context) (cp Checkpoint, found bool, 
 		return Checkpoint{}, false, s.fail(ctx, op, err)
 	}
 	sort.Slice(cp.Members, func(i, j int) bool { return cp.Members[i].ID < cp.Members[j].ID })
-	found = len(cp.Limits) > 0 || len(cp.Members) > 0 || len(cp.Horizons) > 0 || len(cp.Caps) > 0 || len(cp.Pauses) > 0
+	found = len(cp.Limits) > 0 || len(cp.Members) > 0 || len(cp.Horizons) > 0 || len(cp.Caps) > 0 || len(cp.Pauses) > 0 || len(cp.Quotas) > 0
 	return cp, found, nil
 }
 

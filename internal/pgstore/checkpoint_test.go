@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"errors"
 	"math"
 	"reflect"
 	"strconv"
@@ -433,5 +434,61 @@ func TestCheckpoint_PauseStoredToTheMicrosecond(t *testing.T) {
 	if left := until - before; left < 60000002 || until-after > 60000002 {
 		t.Errorf("paused_until is %dµs after the clock before the save and %dµs after the one after it: want clock_timestamp() + 60000002µs in between",
 			left, until-after)
+	}
+}
+
+// A limit's quota travels with it, and a committed count follows
+// fsm.CommitQuotas's rule: it only grows within its window, a later window
+// or another period replaces it, an earlier window changes nothing.
+func TestCheckpoint_QuotasRoundTripAndOnlyGrow(t *testing.T) {
+	s := newStore(t, "quotas")
+	ctx := ctxT(t)
+	lims := map[string]fsm.Limit{
+		"api":      {Rate: 10, Burst: 10, Quota: 100000, Per: fsm.PerDay},
+		"tenant:*": {Rate: 1, Burst: 1, DryRun: true, Quota: 5, Per: fsm.PerMonth},
+		"plain":    {Rate: 1, Burst: 1},
+	}
+	save := func(c fsm.QuotaCount) {
+		t.Helper()
+		must(t, s.SaveCheckpoint(ctx, Checkpoint{Limits: lims, Quotas: map[string]fsm.QuotaCount{"api": c}}))
+	}
+	expect := func(want fsm.QuotaCount) {
+		t.Helper()
+		cp, found, err := s.LoadCheckpoint(ctx)
+		must(t, err)
+		if !found || !reflect.DeepEqual(cp.Limits, lims) {
+			t.Fatalf("limits = %v (found %v), want %v", cp.Limits, found, lims)
+		}
+		if got := cp.Quotas["api"]; got != want || len(cp.Quotas) != 1 {
+			t.Fatalf("quota counts = %v, want api %+v", cp.Quotas, want)
+		}
+	}
+	now := time.Now().Unix() // a window of today: older than 32 days is pruned
+	today, _ := fsm.PerDay.Window(time.Unix(now, 0))
+	t0 := today.Unix()
+	save(fsm.QuotaCount{Per: fsm.PerDay, Window: t0, Count: 40})
+	expect(fsm.QuotaCount{Per: fsm.PerDay, Window: t0, Count: 40})
+	save(fsm.QuotaCount{Per: fsm.PerDay, Window: t0, Count: 30}) // a stale writer
+	expect(fsm.QuotaCount{Per: fsm.PerDay, Window: t0, Count: 40})
+	save(fsm.QuotaCount{Per: fsm.PerDay, Window: t0 - 86400, Count: 90}) // the day before
+	expect(fsm.QuotaCount{Per: fsm.PerDay, Window: t0, Count: 40})
+	save(fsm.QuotaCount{Per: fsm.PerHour, Window: t0, Count: 3}) // the period changed
+	expect(fsm.QuotaCount{Per: fsm.PerHour, Window: t0, Count: 3})
+	save(fsm.QuotaCount{Per: fsm.PerHour, Window: t0 + 3600, Count: 1})
+	expect(fsm.QuotaCount{Per: fsm.PerHour, Window: t0 + 3600, Count: 1})
+
+	// A count of a window long gone is pruned by the next checkpoint.
+	old, _ := fsm.PerDay.Window(time.Unix(now-40*86400, 0))
+	must(t, s.SaveCheckpoint(ctx, Checkpoint{Limits: lims, Quotas: map[string]fsm.QuotaCount{"old": {Per: fsm.PerDay, Window: old.Unix(), Count: 9}}}))
+	must(t, s.SaveCheckpoint(ctx, Checkpoint{Limits: lims}))
+	if cp, _, err := s.LoadCheckpoint(ctx); err != nil || len(cp.Quotas) != 1 || cp.Quotas["api"].Window != t0+3600 {
+		t.Fatalf("after a checkpoint with an older window: %v, %v", cp.Quotas, err)
+	}
+
+	for _, bad := range []fsm.QuotaCount{{}, {Per: fsm.PerDay, Window: t0 + 1, Count: 1}, {Per: 9, Window: t0}} {
+		err := s.SaveCheckpoint(ctx, Checkpoint{Quotas: map[string]fsm.QuotaCount{"api": bad}})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "Quotas") {
+			t.Errorf("SaveCheckpoint with a quota count %+v: %v, want an invalid-argument error naming Quotas", bad, err)
+		}
 	}
 }

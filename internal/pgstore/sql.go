@@ -4,9 +4,9 @@ import "strings"
 
 // tableNames are the tables Open creates; migrate skips the DDL when all exist.
 // A schema made by an earlier version lacks the later tables (caps, pauses,
-// witness, dry_runs):
+// witness, dry_runs, quotas, quota_counts):
 // the DDL then creates just those.
-var tableNames = []string{"limits", "members", "horizons", "addresses", "pool_members", "pool_cursors", "caps", "pauses", "witness", "dry_runs"}
+var tableNames = []string{"limits", "members", "horizons", "addresses", "pool_members", "pool_cursors", "caps", "pauses", "witness", "dry_runs", "quotas", "quota_counts"}
 
 // ddlSchema creates the schema. migrate runs it only when the schema is
 // missing: even with IF NOT EXISTS, CREATE SCHEMA needs the CREATE right on
@@ -75,6 +75,21 @@ CREATE TABLE IF NOT EXISTS {S}.pauses (
 CREATE TABLE IF NOT EXISTS {S}.dry_runs (
 	cluster    text             NOT NULL,
 	key        text             NOT NULL,
+	PRIMARY KEY (cluster, key)
+);
+CREATE TABLE IF NOT EXISTS {S}.quotas (
+	cluster    text        NOT NULL,
+	key        text        NOT NULL,
+	quota      bigint      NOT NULL CHECK (quota >= 1),
+	per        smallint    NOT NULL CHECK (per BETWEEN 1 AND 4),
+	PRIMARY KEY (cluster, key)
+);
+CREATE TABLE IF NOT EXISTS {S}.quota_counts (
+	cluster      text      NOT NULL,
+	key          text      NOT NULL,
+	per          smallint  NOT NULL CHECK (per BETWEEN 1 AND 4),
+	window_start bigint    NOT NULL,
+	count        bigint    NOT NULL CHECK (count >= 0),
 	PRIMARY KEY (cluster, key)
 );
 CREATE TABLE IF NOT EXISTS {S}.witness (
@@ -209,10 +224,23 @@ func newQueries(schema string) queries {
 		deleteDryRuns:  r.Replace(`DELETE FROM {S}.dry_runs WHERE cluster = $1`),
 		insertDryRuns:  r.Replace(`INSERT INTO {S}.dry_runs (cluster, key) SELECT $1, k FROM unnest($2::text[]) AS u(k)`),
 		loadDryRuns:    r.Replace(`SELECT key FROM {S}.dry_runs WHERE cluster = $1`),
-		loadMembers:    r.Replace(`SELECT node_id, addr, fraction FROM {S}.members WHERE cluster = $1`),
-		loadHorizons:   r.Replace(`SELECT key, (EXTRACT(EPOCH FROM GREATEST(horizon_at - clock_timestamp(), interval '0')) * 1000000)::int8 FROM {S}.horizons WHERE cluster = $1`),
-		deleteCaps:     r.Replace(`DELETE FROM {S}.caps WHERE cluster = $1`),
-		insertCaps:     r.Replace(`INSERT INTO {S}.caps (cluster, key, max) SELECT $1, k, m FROM unnest($2::text[], $3::int4[]) AS u(k, m)`),
+		deleteQuotas:   r.Replace(`DELETE FROM {S}.quotas WHERE cluster = $1`),
+		insertQuotas:   r.Replace(`INSERT INTO {S}.quotas (cluster, key, quota, per) SELECT $1, k, q, p FROM unnest($2::text[], $3::int8[], $4::int2[]) AS u(k, q, p)`),
+		loadQuotas:     r.Replace(`SELECT key, quota, per FROM {S}.quotas WHERE cluster = $1`),
+		// A count only grows within its window; a later window or another
+		// period replaces it (fsm.CommitQuotas's rule). Counts of windows
+		// that began over 32 days ago (a month is the longest) carry
+		// nothing and go.
+		pruneQuotaCounts: r.Replace(`DELETE FROM {S}.quota_counts WHERE cluster = $1 AND window_start < EXTRACT(EPOCH FROM clock_timestamp())::int8 - 32*86400`),
+		upsertQuotaCounts: r.Replace(`INSERT INTO {S}.quota_counts AS q (cluster, key, per, window_start, count) SELECT $1, k, p, w, c FROM unnest($2::text[], $3::int2[], $4::int8[], $5::int8[]) AS u(k, p, w, c)
+			ON CONFLICT (cluster, key) DO UPDATE SET per = EXCLUDED.per, window_start = EXCLUDED.window_start,
+			count = CASE WHEN q.per = EXCLUDED.per AND q.window_start = EXCLUDED.window_start THEN GREATEST(q.count, EXCLUDED.count) ELSE EXCLUDED.count END
+			WHERE q.per <> EXCLUDED.per OR q.window_start <= EXCLUDED.window_start`),
+		loadQuotaCounts: r.Replace(`SELECT key, per, window_start, count FROM {S}.quota_counts WHERE cluster = $1`),
+		loadMembers:     r.Replace(`SELECT node_id, addr, fraction FROM {S}.members WHERE cluster = $1`),
+		loadHorizons:    r.Replace(`SELECT key, (EXTRACT(EPOCH FROM GREATEST(horizon_at - clock_timestamp(), interval '0')) * 1000000)::int8 FROM {S}.horizons WHERE cluster = $1`),
+		deleteCaps:      r.Replace(`DELETE FROM {S}.caps WHERE cluster = $1`),
+		insertCaps:      r.Replace(`INSERT INTO {S}.caps (cluster, key, max) SELECT $1, k, m FROM unnest($2::text[], $3::int4[]) AS u(k, m)`),
 		// Every passed pause goes, whether or not cp names it: a key cp
 		// names is inserted again by upsertPauses, in the future.
 		prunePauses:  r.Replace(`DELETE FROM {S}.pauses WHERE cluster = $1 AND paused_until <= clock_timestamp()`),
@@ -273,6 +301,8 @@ type queries struct {
 	ddlSchema, ddl, reservePooled                            string
 	deleteLimits, insertLimits, deleteMembers, insertMembers string
 	deleteDryRuns, insertDryRuns, loadDryRuns                string
+	deleteQuotas, insertQuotas, loadQuotas                   string
+	pruneQuotaCounts, upsertQuotaCounts, loadQuotaCounts     string
 	pruneHorizons, upsertHorizons                            string
 	loadLimits, loadMembers, loadHorizons                    string
 	deleteCaps, insertCaps, prunePauses, upsertPauses        string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
@@ -71,7 +72,26 @@ func (p *Link) checkpoint() pgstore.Checkpoint {
 			cp.Pauses[key] = min(time.Duration(end-now), fsm.MaxPause)
 		}
 	}
+	cp.Quotas = p.quotaFloors(st)
 	return cp
+}
+
+// quotaFloors are the committed quota counts, each raised by what the
+// leader may commit of its key before the next checkpoint (two intervals
+// of the rate, and the burst; at most the quota): a cluster restored from
+// this checkpoint so starts each window at a count no lower than the old
+// cluster's, as long as checkpoints keep being written. It loses that
+// margin of the window's quota instead of spending it twice.
+func (p *Link) quotaFloors(st *fsm.State) map[string]fsm.QuotaCount {
+	out := make(map[string]fsm.QuotaCount)
+	for key, c := range st.QuotaCounts() {
+		if lim, ok := st.Limit(key); ok && lim.Quota != 0 {
+			margin := int64(math.Ceil(lim.Rate*(2*p.cfg.CheckpointEvery).Seconds())) + int64(lim.Burst)
+			c.Count = min(lim.Quota, c.Count+margin)
+		}
+		out[key] = c
+	}
+	return out
 }
 
 // restore fills a brand-new cluster's empty state from the checkpoint:
@@ -105,6 +125,19 @@ func (p *Link) restore(ctx context.Context) error {
 			return fmt.Errorf("node: restore horizons: %w", err)
 		}
 	}
+	var counts fsm.CommitQuotas // before the limits, like the horizons
+	for key, c := range cp.Quotas {
+		if !p.cfg.RestoreLimitsOnly {
+			counts.Entries = append(counts.Entries, fsm.QuotaEntry{Key: key, QuotaCount: c})
+		}
+	}
+	for len(counts.Entries) > 0 {
+		batch := counts.Entries[:min(len(counts.Entries), fsm.MaxHorizonEntries)]
+		if _, err := p.d.CommitWithin(&fsm.CommitQuotas{Entries: batch}, restoreHorizonsTimeout); err != nil {
+			return fmt.Errorf("node: restore quota counts: %w", err)
+		}
+		counts.Entries = counts.Entries[len(batch):]
+	}
 	for key, lim := range cp.Limits {
 		if _, err := p.d.SetLimit(key, lim); err != nil {
 			return fmt.Errorf("node: restore limit %q: %w", key, err)
@@ -119,7 +152,7 @@ func (p *Link) restore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.d.Log.Info("restored from the postgres checkpoint", "limits", len(cp.Limits), "horizons", len(ext.Entries),
+	p.d.Log.Info("restored from the postgres checkpoint", "limits", len(cp.Limits), "horizons", len(ext.Entries), "quota_counts", len(cp.Quotas),
 		"caps", len(cp.Caps), "pauses", pauses)
 	return nil
 }
