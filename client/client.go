@@ -38,6 +38,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -119,6 +120,8 @@ type Backend interface {
 	SetLimit(ctx context.Context, key string, lim fsm.Limit) error
 	Limit(ctx context.Context, key string) (fsm.Limit, error)
 	Limits(ctx context.Context) (map[string]fsm.Limit, error)
+	// Remaining reads what a key's limit has left, from the leader.
+	Remaining(ctx context.Context, key string) (raftpace.Remaining, error)
 
 	Pause(ctx context.Context, key string, d time.Duration) (time.Duration, error)
 	PausedFor(key string) time.Duration
@@ -189,6 +192,15 @@ func (c *Client) WaitAll(ctx context.Context, wants ...Want) error {
 			return fmt.Errorf("client: %s: %w", what, context.DeadlineExceeded)
 		}
 		r, err := c.b.ReserveAll(ctx, wants, maxWait)
+		var qe *raftpace.QuotaExhaustedError
+		if errors.As(err, &qe) && !qe.Reset.After(deadline) {
+			// A spent quota is never reserved ahead of its next window:
+			// sleep to it and ask again.
+			if err := sleepUntil(ctx, qe.Reset); err != nil {
+				return fmt.Errorf("client: %s: %w", what, err)
+			}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("client: %s: %w", what, err)
 		}
@@ -213,6 +225,31 @@ func (c *Client) WaitAll(ctx context.Context, wants ...Want) error {
 			return nil
 		}
 		c.b.Forfeit(r)
+	}
+}
+
+// Remaining reads what key's limit has left, as its leader counts it:
+// the events the rate would grant at once fleet-wide (Tokens) and, for a
+// limit with a quota, what is used and left of the window and when it
+// resets. It costs a round trip to the leader; it is a read for planning
+// and dashboards, not a reservation.
+func (c *Client) Remaining(ctx context.Context, key string) (raftpace.Remaining, error) {
+	r, err := c.b.Remaining(ctx, key)
+	if err != nil {
+		return raftpace.Remaining{}, fmt.Errorf("client: remaining %q: %w", key, err)
+	}
+	return r, nil
+}
+
+// sleepUntil sleeps until t, or until ctx ends (its error).
+func sleepUntil(ctx context.Context, t time.Time) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

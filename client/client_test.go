@@ -62,6 +62,34 @@ func (noGate) ReleaseSlot(context.Context, raftpace.Slot) error { return nil }
 func (noGate) SetCap(context.Context, string, int) error        { return errors.New("no caps") }
 func (noGate) Cap(context.Context, string) (int, error)         { return 0, raftpace.ErrUnknownKey }
 func (noGate) Caps(context.Context) (map[string]int, error)     { return nil, nil }
+func (noGate) Remaining(_ context.Context, key string) (raftpace.Remaining, error) {
+	return raftpace.Remaining{Key: key}, nil
+}
+
+// A spent quota whose window resets before the context's deadline makes
+// Wait sleep to the reset and ask again; one that resets after it is the
+// caller's error at once, naming the reset.
+func TestWait_QuotaSleepsToItsReset(t *testing.T) {
+	reset := time.Now().Add(150 * time.Millisecond)
+	spent := &raftpace.QuotaExhaustedError{Key: "q", Quota: 5, Per: "minute", Reset: reset}
+	f := &fakeBackend{errs: []error{spent, nil}, grants: []raftpace.Reservation{{At: reset, UseBy: reset.Add(time.Hour)}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := New(f).Wait(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().Before(reset) || len(f.maxWaits) != 2 {
+		t.Fatalf("Wait returned before the reset, after %d reservations", len(f.maxWaits))
+	}
+	f = &fakeBackend{errs: []error{&raftpace.QuotaExhaustedError{Key: "q", Reset: time.Now().Add(time.Hour)}}}
+	short, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel2()
+	err := New(f).Wait(short, "q")
+	var qe *raftpace.QuotaExhaustedError
+	if !errors.As(err, &qe) || !errors.Is(err, raftpace.ErrLimitExceeded) || len(f.maxWaits) != 1 {
+		t.Fatalf("a reset past the deadline: %v after %d reservations; want the QuotaExhaustedError at once", err, len(f.maxWaits))
+	}
+}
 
 // A grant whose UseBy has passed when the waiter wakes is forfeited and a
 // new one reserved: a late slot is never used.

@@ -116,6 +116,10 @@ func (m *memBackend) Limit(_ context.Context, key string) (fsm.Limit, error) {
 	return l, nil
 }
 
+func (m *memBackend) Remaining(_ context.Context, key string) (raftpace.Remaining, error) {
+	return raftpace.Remaining{Key: key}, nil
+}
+
 func (m *memBackend) Limits(context.Context) (map[string]fsm.Limit, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

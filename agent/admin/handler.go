@@ -39,12 +39,23 @@ type Limit struct {
 	Rate   float64 `json:"rate"`
 	Burst  int     `json:"burst"`
 	DryRun bool    `json:"dry_run,omitempty"` // fsm.Limit.DryRun: admits everything, counts what it would not have
+	Quota  string  `json:"quota,omitempty"`   // "100000/day": fsm.ParseQuota's form
 }
 
-// LimitOf and FSMLimit convert between the API's limit and the state's.
-func LimitOf(l fsm.Limit) Limit { return Limit{Rate: l.Rate, Burst: l.Burst, DryRun: l.DryRun} }
+// LimitOf and FSMLimit convert between the API's limit and the state's. A
+// quota FSMLimit cannot read gives a limit Validate refuses.
+func LimitOf(l fsm.Limit) Limit {
+	return Limit{Rate: l.Rate, Burst: l.Burst, DryRun: l.DryRun, Quota: l.FormatQuota()}
+}
 func (l Limit) FSMLimit() fsm.Limit {
-	return fsm.Limit{Rate: l.Rate, Burst: l.Burst, DryRun: l.DryRun}
+	out := fsm.Limit{Rate: l.Rate, Burst: l.Burst, DryRun: l.DryRun}
+	if l.Quota != "" {
+		var err error
+		if out.Quota, out.Per, err = fsm.ParseQuota(l.Quota); err != nil {
+			out.Quota, out.Per = -1, 0
+		}
+	}
+	return out
 }
 
 // KeyLimit is one key's limit, the answer of GET and PUT /v1/limits/KEY.
@@ -86,6 +97,7 @@ type setLimitRequest struct {
 	Rate   *float64 `json:"rate"`
 	Burst  *int     `json:"burst"`
 	DryRun bool     `json:"dry_run"` // absent: enforced
+	Quota  string   `json:"quota"`   // absent: none
 }
 
 const limitsPrefix = "/v1/limits/"
@@ -218,6 +230,13 @@ func (h *handler) setLimit(w http.ResponseWriter, r *http.Request, key string) {
 	lim := fsm.Limit{Rate: *req.Rate, Burst: 1, DryRun: req.DryRun}
 	if req.Burst != nil {
 		lim.Burst = *req.Burst
+	}
+	if req.Quota != "" {
+		var err error
+		if lim.Quota, lim.Per, err = fsm.ParseQuota(req.Quota); err != nil {
+			writeError(w, http.StatusBadRequest, `field "quota": `+oneLine(err))
+			return
+		}
 	}
 	if err := lim.Validate(); err != nil {
 		writeError(w, http.StatusBadRequest, oneLine(err))

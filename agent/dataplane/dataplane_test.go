@@ -437,3 +437,33 @@ func TestAnyInput(t *testing.T) {
 		}
 	}
 }
+
+// A spent quota answers 429 quota_exhausted naming the key and its reset,
+// and GET /v1/remaining/KEY reads what is left.
+func TestQuota(t *testing.T) {
+	p := newPlane(t)
+	if err := p.n.SetLimit(nodetest.Ctx(t, 10*time.Second), "q", fsm.Limit{Rate: 100, Burst: 3, Quota: 3, Per: fsm.PerHour}); err != nil {
+		t.Fatal(err)
+	}
+	p.limit("g", 100, 3)
+	a := p.call("GET", "/v1/remaining/q", "", 200, "")
+	_, reset := fsm.PerHour.Window(time.Now())
+	if a.body["quota"] != "3/hour" || a.num("left") != 3 || a.num("used") != 0 || a.body["reset"] != reset.Format(time.RFC3339) || a.num("tokens") != 3 {
+		t.Fatalf("remaining before: %s", a.raw)
+	}
+	grant(t, p.call("POST", "/v1/reserve/q", `{"n":3}`, 200, ""))
+	a = p.call("POST", "/v1/reserve", `{"keys":[{"key":"g"},{"key":"q"}],"max_wait":600}`, 429, "quota_exhausted")
+	if a.body["key"] != "q" || a.body["reset"] != reset.Format(time.RFC3339) || a.header.Get("Retry-After") == "" {
+		t.Fatalf("past the quota: %s", a.raw)
+	}
+	p.call("POST", "/v1/wait/q", `{"timeout":1}`, 429, "quota_exhausted")
+	a = p.call("GET", "/v1/remaining/q", "", 200, "")
+	if a.num("left") != 0 || a.num("used") != 3 {
+		t.Fatalf("remaining after: %s", a.raw)
+	}
+	if a = p.call("GET", "/v1/remaining/g", "", 200, ""); a.body["quota"] != nil || a.num("tokens") != 3 {
+		t.Fatalf("remaining of a key without a quota: %s; want its tokens, no quota (the refusal took none of g)", a.raw)
+	}
+	p.call("GET", "/v1/remaining/nope", "", 404, "unknown_key")
+	p.call("POST", "/v1/remaining/q", "", 405, "method_not_allowed")
+}

@@ -26,6 +26,7 @@ type Node interface {
 	AcquireSlots(ctx context.Context, keys []string, ttl, maxWait time.Duration) (raftpace.Slot, error)
 	ReleaseSlot(ctx context.Context, s raftpace.Slot) error
 	Limit(ctx context.Context, key string) (fsm.Limit, error)
+	Remaining(ctx context.Context, key string) (raftpace.Remaining, error)
 }
 
 // MaxInFlight is how many data-plane requests are served at once by
@@ -85,15 +86,16 @@ const (
 	slotsPath     = "/v1/slots"
 	slotsPrefix   = "/v1/slots/"
 	// A reservation over several keys names them in its body.
-	reserveAllPath = "/v1/reserve"
-	waitAllPath    = "/v1/wait"
-	limitsPrefix   = "/v1/limits/"
+	reserveAllPath  = "/v1/reserve"
+	waitAllPath     = "/v1/wait"
+	limitsPrefix    = "/v1/limits/"
+	remainingPrefix = "/v1/remaining/"
 )
 
 // Serves reports whether path is one of the data plane's own routes (not
 // GET /v1/limits/KEY, which the admin API serves on --http).
 func Serves(path string) bool {
-	for _, p := range []string{reservePrefix, waitPrefix, forfeitPrefix, pausesPrefix, slotsPrefix} {
+	for _, p := range []string{reservePrefix, waitPrefix, forfeitPrefix, pausesPrefix, slotsPrefix, remainingPrefix} {
 		if strings.HasPrefix(path, p) {
 			return true
 		}
@@ -165,6 +167,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(path, slotsPrefix):
 		if allow(w, r, http.MethodDelete) {
 			h.release(w, r, strings.TrimPrefix(path, slotsPrefix))
+		}
+	case strings.HasPrefix(path, remainingPrefix):
+		if allow(w, r, http.MethodGet) {
+			if k, ok := key(remainingPrefix); ok {
+				h.remaining(w, r, k)
+			}
 		}
 	case strings.HasPrefix(path, limitsPrefix):
 		if allow(w, r, http.MethodGet) {
@@ -265,7 +273,12 @@ func nodeError(w http.ResponseWriter, err error, field string) {
 	var pe *raftpace.PausedError
 	var le *raftpace.LimitExceededError
 	var ce *raftpace.ConcurrencyLimitError
+	var qe *raftpace.QuotaExhaustedError
 	switch {
+	case errors.As(err, &qe): // before ErrLimitExceeded, which it also matches
+		wait := max(0, time.Until(qe.Reset))
+		retryAfter(w, wait)
+		writeErr(w, http.StatusTooManyRequests, "quota_exhausted", msg, map[string]any{"wait": secs(wait, true), "key": qe.Key, "reset": qe.Reset.UTC().Format(time.RFC3339)})
 	case errors.As(err, &pe):
 		retryAfter(w, pe.Remaining)
 		writeErr(w, http.StatusTooManyRequests, "paused", msg, map[string]any{"remaining": secs(pe.Remaining, true), "key": pe.Key})
