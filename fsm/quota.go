@@ -68,7 +68,7 @@ func ParseQuota(s string) (int64, Period, error) {
 	}
 	p, err := ParsePeriod(per)
 	if err != nil {
-		return 0, 0, fmt.Errorf("quota %q: %w", s, err)
+		return 0, 0, fmt.Errorf("%w: quota %q: %s", ErrInvalidLimit, s, strings.TrimPrefix(err.Error(), ErrInvalidLimit.Error()+": "))
 	}
 	return count, p, nil
 }
@@ -101,9 +101,9 @@ func (p Period) Window(t time.Time) (start, end time.Time) {
 	}
 }
 
-// quotaProblems reports what is wrong with l's quota: Quota and Per come
-// together or not at all.
-func (l Limit) quotaProblems(field string) []string {
+// ExplainQuota is Explain for l's quota, naming it field: Quota and Per
+// come together or not at all.
+func (l Limit) ExplainQuota(field string) []string {
 	switch {
 	case l.Quota == 0 && l.Per == 0:
 		return nil

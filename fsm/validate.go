@@ -193,7 +193,7 @@ func (l Limit) Validate() error {
 
 func (l Limit) problems() []error {
 	var errs []error
-	for _, p := range append(l.Explain("Rate", "Burst"), l.quotaProblems("Quota")...) {
+	for _, p := range append(l.Explain("Rate", "Burst"), l.ExplainQuota("Quota")...) {
 		errs = append(errs, fmt.Errorf("%w: %s", ErrInvalidLimit, p))
 	}
 	return errs

@@ -190,6 +190,14 @@ func (c *Client) Limit(ctx context.Context, key string) (fsm.Limit, error) {
 	return kl.FSMLimit(), nil
 }
 
+// Remaining reads what key's limit has left, from the data plane's GET
+// /v1/remaining/KEY (served on the agent's --http too).
+func (c *Client) Remaining(ctx context.Context, key string) (Remaining, error) {
+	var r Remaining
+	err := c.do(ctx, http.MethodGet, "/v1/remaining/"+url.PathEscape(key), nil, &r, http.StatusOK)
+	return r, err
+}
+
 // Limits returns every limit.
 func (c *Client) Limits(ctx context.Context) (map[string]fsm.Limit, error) {
 	var lr LimitsResponse

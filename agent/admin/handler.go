@@ -58,6 +58,31 @@ func (l Limit) FSMLimit() fsm.Limit {
 	return out
 }
 
+// Remaining is what a key's limit has left, as the data plane's GET
+// /v1/remaining/KEY answers it (docs/dataplane.md): raftpace.Remaining.
+type Remaining struct {
+	Key    string `json:"key"`
+	Tokens int    `json:"tokens"`
+	Burst  int    `json:"burst"`
+	// The quota, when the limit has one (omitted otherwise).
+	Quota       string `json:"quota,omitempty"`
+	Used        *int64 `json:"used,omitempty"`
+	Left        *int64 `json:"left,omitempty"`
+	WindowStart string `json:"window_start,omitempty"` // RFC 3339, UTC
+	Reset       string `json:"reset,omitempty"`
+}
+
+// RemainingOf is r as the API writes it.
+func RemainingOf(r raftpace.Remaining) Remaining {
+	out := Remaining{Key: r.Key, Tokens: r.Tokens, Burst: r.Burst}
+	if r.Quota != 0 {
+		out.Quota = fmt.Sprintf("%d/%s", r.Quota, r.Per)
+		out.Used, out.Left = &r.Used, &r.Left
+		out.WindowStart, out.Reset = r.WindowStart.UTC().Format(time.RFC3339), r.Reset.UTC().Format(time.RFC3339)
+	}
+	return out
+}
+
 // KeyLimit is one key's limit, the answer of GET and PUT /v1/limits/KEY.
 type KeyLimit struct {
 	Key string `json:"key"`

@@ -210,20 +210,6 @@ func (h *handler) limit(w http.ResponseWriter, r *http.Request, key string) {
 	admin.WriteJSON(w, http.StatusOK, admin.KeyLimit{Key: key, Limit: admin.LimitOf(lim)})
 }
 
-// Remaining is the answer of GET /v1/remaining/KEY: raftpace.Remaining as
-// the leader counted it (docs/dataplane.md).
-type Remaining struct {
-	Key    string `json:"key"`
-	Tokens int    `json:"tokens"`
-	Burst  int    `json:"burst"`
-	// The quota, when the limit has one (omitted otherwise).
-	Quota       string `json:"quota,omitempty"`
-	Used        *int64 `json:"used,omitempty"`
-	Left        *int64 `json:"left,omitempty"`
-	WindowStart string `json:"window_start,omitempty"`
-	Reset       string `json:"reset,omitempty"`
-}
-
 func (h *handler) remaining(w http.ResponseWriter, r *http.Request, key string) {
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 	defer cancel()
@@ -232,11 +218,5 @@ func (h *handler) remaining(w http.ResponseWriter, r *http.Request, key string) 
 		nodeError(w, err, "key")
 		return
 	}
-	out := Remaining{Key: key, Tokens: rem.Tokens, Burst: rem.Burst}
-	if rem.Quota != 0 {
-		out.Quota = fmt.Sprintf("%d/%s", rem.Quota, rem.Per)
-		out.Used, out.Left = &rem.Used, &rem.Left
-		out.WindowStart, out.Reset = rem.WindowStart.UTC().Format(time.RFC3339), rem.Reset.UTC().Format(time.RFC3339)
-	}
-	admin.WriteJSON(w, http.StatusOK, out)
+	admin.WriteJSON(w, http.StatusOK, admin.RemainingOf(rem))
 }

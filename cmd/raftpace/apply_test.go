@@ -123,6 +123,41 @@ func TestBinary_LimitDryRun(t *testing.T) {
 	}
 }
 
+// A limit with a quota, set by the command line and by a policy file, read
+// back, and what is left of it read by limit remaining.
+func TestBinary_LimitQuota(t *testing.T) {
+	run := operatorAgainstAgent(t)
+	if out, _ := run(0, "limit", "set", "q", "--rate", "2", "--quota", "5/hour"); out != "q: rate 2/s, burst 1, quota 5/hour (UTC windows)\n" {
+		t.Errorf("limit set --quota:\n%s", out)
+	}
+	if out, _ := run(0, "limit", "get", "q", "--json"); strings.Join(strings.Fields(out), "") != `{"key":"q","rate":2,"burst":1,"quota":"5/hour"}` {
+		t.Errorf("limit get --json:\n%s", out)
+	}
+	if out, _ := run(0, "limit", "list"); !strings.Contains(out, "quota 5/hour (UTC)") {
+		t.Errorf("limit list:\n%s", out)
+	}
+	out, _ := run(0, "limit", "remaining", "q")
+	if !strings.Contains(out, "q: 1 of a burst of 1 at once") || !strings.Contains(out, "quota 5/hour: 0 used, 5 left in [") {
+		t.Errorf("limit remaining:\n%s", out)
+	}
+	p := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(p, []byte(`{"limits":{"q":{"rate":2,"quota":"7/day"},"r":{"rate":1,"quota":"7/fortnight"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut := run(2, "limit", "apply", p); !strings.Contains(errOut, `limit "r": quota "7/fortnight": period "fortnight"`) {
+		t.Errorf("a bad quota in a policy file:\n%s", errOut)
+	}
+	if err := os.WriteFile(p, []byte(`{"limits":{"q":{"rate":2,"quota":"7/day"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := run(0, "limit", "apply", p); !strings.Contains(out, "limit q: 2/s burst 1 quota 5/hour -> 2/s burst 1 quota 7/day\n") {
+		t.Errorf("limit apply:\n%s", out)
+	}
+	if out, _ := run(0, "limit", "remaining", "q", "--json"); !strings.Contains(out, `"quota": "7/day"`) || !strings.Contains(out, `"left": 7`) {
+		t.Errorf("limit remaining --json:\n%s", out)
+	}
+}
+
 // operatorAgainstAgent starts the built binary as an agent and returns a
 // function that runs an operator command of the binary against it
 // (--addr added), failing the test unless it exits wantCode.

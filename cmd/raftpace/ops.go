@@ -134,8 +134,9 @@ func (c *cli) status(name string, args []string) error {
 
 // ---- limit ----------------------------------------------------------------
 
-const limitUsage = `Usage: raftpace limit set KEY --rate R [--burst B] [--mode enforce|dry-run] [flags]
+const limitUsage = `Usage: raftpace limit set KEY --rate R [--burst B] [--quota N/PERIOD] [--mode enforce|dry-run] [flags]
        raftpace limit get KEY [--json] [flags]
+       raftpace limit remaining KEY [--json] [flags]
        raftpace limit list [--json] [flags]
        raftpace limit apply FILE [--dry-run] [flags]
 
@@ -149,6 +150,10 @@ the * gets its own limit R, B on first use, with no step per key
 the longest matching template wins. Events of a template's keys are counted
 under the template in status and metrics; an idle key leaves the leader's
 memory after a minute.
+
+A limit may also carry a quota, --quota N/PERIOD: at most N events in each
+calendar window of PERIOD (minute, hour, day or month, in UTC on the leader's
+clock), beside its rate. limit remaining reads what is left of it.
 
 A limit set with --mode dry-run is paced as usual but holds nothing back:
 every event goes at once, and those the limit had no slot for are counted
@@ -191,7 +196,7 @@ func (c *cli) limit(name string, args []string) error {
 		return cmdline.ErrHelp
 	}
 	if sub < 0 || args[sub] == "--" {
-		return &cmdline.UsageError{Cmd: "limit", Msg: "missing subcommand: set, get, list or apply", Usage: limitUsage}
+		return &cmdline.UsageError{Cmd: "limit", Msg: "missing subcommand: set, get, list, remaining or apply", Usage: limitUsage}
 	}
 	rest := append(slices.Clone(args[:sub]), args[sub+1:]...)
 	switch args[sub] {
@@ -201,13 +206,15 @@ func (c *cli) limit(name string, args []string) error {
 		return c.limitGet(rest)
 	case "list", "ls":
 		return c.limitList(rest)
+	case "remaining":
+		return c.limitRemaining(rest)
 	case "apply":
 		return c.limitApply(rest)
 	case "help":
 		fmt.Fprint(c.stdout, limitUsage)
 		return cmdline.ErrHelp
 	}
-	return &cmdline.UsageError{Cmd: "limit", Msg: fmt.Sprintf("unknown subcommand %q: want set, get, list or apply", args[sub]), Usage: limitUsage}
+	return &cmdline.UsageError{Cmd: "limit", Msg: fmt.Sprintf("unknown subcommand %q: want set, get, list, remaining or apply", args[sub]), Usage: limitUsage}
 }
 
 // oneKey returns the single positional KEY.
@@ -227,7 +234,7 @@ func oneKey(f *cmdline.Flags, pos []string) (string, error) {
 // checkLimit refuses, as a usage error naming the flags, a limit the
 // cluster would refuse: every rule it breaks at once.
 func checkLimit(f *cmdline.Flags, lim fsm.Limit) error {
-	problems := lim.Explain("--rate", "--burst")
+	problems := append(lim.Explain("--rate", "--burst"), lim.ExplainQuota("--quota")...)
 	if len(problems) == 0 {
 		if err := fsm.CheckMinRate(lim.Rate); err != nil {
 			problems = append(problems, "--"+err.Error())
@@ -255,6 +262,7 @@ func (c *cli) limitSet(args []string) error {
 	rate := f.String("rate", "", "events per second across the cluster, 1/1800 <= `R` <= 1e9 (required)")
 	burst := f.String("burst", "1", "events allowed at once after a quiet spell, `B` >= 1")
 	mode := f.String("mode", "enforce", "`MODE`: enforce (hold events to the limit) or dry-run (admit everything,\ncount what it would hold back)")
+	quota := f.String("quota", "", "also at most N events per calendar window (UTC): `N/PERIOD`, PERIOD\nminute, hour, day or month, as 100000/day (none by default)")
 	pos, err := c.parse(f, args)
 	if err != nil {
 		return err
@@ -272,6 +280,11 @@ func (c *cli) limitSet(args []string) error {
 		return f.ValueError("--burst: invalid integer %q", *burst)
 	}
 	lim := fsm.Limit{Rate: r, Burst: b, DryRun: *mode == policy.ModeDryRun}
+	if *quota != "" {
+		if lim.Quota, lim.Per, err = fsm.ParseQuota(*quota); err != nil {
+			return f.ValueError("--%s", strings.TrimPrefix(err.Error(), "invalid limit: "))
+		}
+	}
 	if *mode != policy.ModeEnforce && *mode != policy.ModeDryRun {
 		return f.ValueError("--mode %q: must be enforce or dry-run", *mode)
 	}
@@ -284,6 +297,9 @@ func (c *cli) limitSet(args []string) error {
 		return fmt.Errorf("limit set %q: %w", key, err)
 	}
 	done := fmt.Sprintf("%s: rate %s/s, burst %d", key, render.Rate(r), b)
+	if lim.Quota != 0 {
+		done += ", quota " + lim.FormatQuota() + " (UTC windows)"
+	}
 	if lim.DryRun {
 		done += ", dry run: admits everything, counts what it would hold back"
 	}
@@ -316,6 +332,34 @@ func (c *cli) limitGet(args []string) error {
 		return render.JSON(c.stdout, admin.KeyLimit{Key: key, Limit: admin.LimitOf(lim)})
 	}
 	render.Limits(c.stdout, map[string]fsm.Limit{key: lim})
+	return nil
+}
+
+func (c *cli) limitRemaining(args []string) error {
+	f := cmdline.New("limit remaining", "KEY [--json] [flags]", "Prints what KEY's limit has left, as the leader counts it: the events its rate\nwould admit at once, and for a quota what is used and left of the window.")
+	o := addAdminFlags(f)
+	asJSON := f.Bool("json", false, `print {"key":..,"tokens":..,"quota":..,"left":..,"reset":..}`)
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return err
+	}
+	key, err := oneKey(f, pos)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := o.context(c)
+	defer cancel()
+	r, err := o.client().Remaining(ctx, key)
+	if err != nil {
+		return fmt.Errorf("limit remaining %q: %w", key, err)
+	}
+	if *asJSON {
+		return render.JSON(c.stdout, r)
+	}
+	fmt.Fprintf(c.stdout, "%s: %d of a burst of %d at once\n", key, r.Tokens, r.Burst)
+	if r.Quota != "" {
+		fmt.Fprintf(c.stdout, "quota %s: %d used, %d left in [%s, %s)\n", r.Quota, *r.Used, *r.Left, r.WindowStart, r.Reset)
+	}
 	return nil
 }
 

@@ -12,33 +12,6 @@ import (
 	"github.com/raftpace/raftpace/cmd/raftpace/internal/cmdline"
 )
 
-const tlsUsage = `Usage: raftpace tls init [--dir DIR] [--force]
-       raftpace tls node NAME [--dir DIR] [--force]
-
-Creates what secures a cluster: a private CA for mutual TLS between nodes
-(raft and RPC), node certificates, and the key that encrypts gossip.
-
-  tls init       writes, in --dir, ca.pem (the cluster CA certificate: every
-                 node's --tls-ca), ca-key.pem (its private key, needed only
-                 by 'tls node': keep it offline) and gossip.key (every node's
-                 --gossip-key-file). ECDSA P-256; the CA is valid 10 years.
-  tls node NAME  writes NAME.pem and NAME-key.pem (the node's --tls-cert and
-                 --tls-key), signed by the CA in --dir, CN=NAME, usable as
-                 TLS server and client, valid 3 years.
-
-Trust model: every certificate this CA signed is a member of the cluster;
-host names and IP addresses are not checked (nodes dial IP addresses), nor
-is NAME compared with the node id. Whoever holds ca-key.pem can add
-members. To remove one before its certificate expires, make a new CA.
-
-Private keys and gossip.key are written with mode 0600. Existing files are
-never overwritten without --force.
-
-Then, on every node:
-  raftpace agent --tls-ca DIR/ca.pem --tls-cert DIR/NAME.pem \
-    --tls-key DIR/NAME-key.pem --gossip-key-file DIR/gossip.key ...
-`
-
 // tlsNameRE is what tls node accepts as NAME: it becomes a file name.
 var tlsNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
@@ -55,14 +28,14 @@ func (c *cli) tls(name string, args []string) error {
 		n, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		switch {
 		case n == "h" || n == "help":
-			fmt.Fprint(c.stdout, tlsUsage)
+			fmt.Fprint(c.stdout, certs.Usage)
 			return cmdline.ErrHelp
 		case n == "dir" && !hasValue:
 			i++
 		}
 	}
 	if sub < 0 || args[sub] == "--" {
-		return &cmdline.UsageError{Cmd: "tls", Msg: "missing subcommand: init or node", Usage: tlsUsage}
+		return &cmdline.UsageError{Cmd: "tls", Msg: "missing subcommand: init or node", Usage: certs.Usage}
 	}
 	rest := append(slices.Clone(args[:sub]), args[sub+1:]...)
 	switch args[sub] {
@@ -71,10 +44,10 @@ func (c *cli) tls(name string, args []string) error {
 	case "node":
 		return c.tlsNode(rest)
 	case "help":
-		fmt.Fprint(c.stdout, tlsUsage)
+		fmt.Fprint(c.stdout, certs.Usage)
 		return cmdline.ErrHelp
 	}
-	return &cmdline.UsageError{Cmd: "tls", Msg: fmt.Sprintf("unknown subcommand %q: want init or node", args[sub]), Usage: tlsUsage}
+	return &cmdline.UsageError{Cmd: "tls", Msg: fmt.Sprintf("unknown subcommand %q: want init or node", args[sub]), Usage: certs.Usage}
 }
 
 func tlsFlags(cmd, synopsis, about string) (*cmdline.Flags, *string, *bool) {

@@ -258,3 +258,31 @@ func WriteThrowaway(dir string, names []string) (gossipKeyFile string, err error
 	}
 	return filepath.Join(dir, "gossip.key"), nil
 }
+
+// Usage is `raftpace tls -h`.
+const Usage = `Usage: raftpace tls init [--dir DIR] [--force]
+       raftpace tls node NAME [--dir DIR] [--force]
+
+Creates what secures a cluster: a private CA for mutual TLS between nodes
+(raft and RPC), node certificates, and the key that encrypts gossip.
+
+  tls init       writes, in --dir, ca.pem (the cluster CA certificate: every
+                 node's --tls-ca), ca-key.pem (its private key, needed only
+                 by 'tls node': keep it offline) and gossip.key (every node's
+                 --gossip-key-file). ECDSA P-256; the CA is valid 10 years.
+  tls node NAME  writes NAME.pem and NAME-key.pem (the node's --tls-cert and
+                 --tls-key), signed by the CA in --dir, CN=NAME, usable as
+                 TLS server and client, valid 3 years.
+
+Trust model: every certificate this CA signed is a member of the cluster;
+host names and IP addresses are not checked (nodes dial IP addresses), nor
+is NAME compared with the node id. Whoever holds ca-key.pem can add
+members. To remove one before its certificate expires, make a new CA.
+
+Private keys and gossip.key are written with mode 0600. Existing files are
+never overwritten without --force.
+
+Then, on every node:
+  raftpace agent --tls-ca DIR/ca.pem --tls-cert DIR/NAME.pem \
+    --tls-key DIR/NAME-key.pem --gossip-key-file DIR/gossip.key ...
+`

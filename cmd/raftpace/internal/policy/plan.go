@@ -45,6 +45,9 @@ func (c Change) Kind() string {
 func (c Change) String() string {
 	limit := func(l fsm.Limit) string {
 		s := fmt.Sprintf("%s/s burst %d", render.Rate(l.Rate), l.Burst)
+		if l.Quota != 0 {
+			s += " quota " + l.FormatQuota()
+		}
 		if l.DryRun {
 			s += " (dry run)"
 		}

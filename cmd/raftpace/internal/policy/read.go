@@ -27,7 +27,8 @@ type File struct {
 type Limit struct {
 	Rate  float64 `json:"rate"`
 	Burst int     `json:"burst"`
-	Mode  string  `json:"mode,omitempty"` // "enforce" (or left out) or "dry-run", as limit set --mode
+	Mode  string  `json:"mode,omitempty"`  // "enforce" (or left out) or "dry-run", as limit set --mode
+	Quota string  `json:"quota,omitempty"` // "N/PERIOD" (or left out), as limit set --quota
 }
 
 // Limit is the limit the file means: a burst left out (0) is 1, a mode
@@ -36,7 +37,11 @@ func (l Limit) Limit() fsm.Limit {
 	if l.Burst == 0 {
 		l.Burst = 1
 	}
-	return fsm.Limit{Rate: l.Rate, Burst: l.Burst, DryRun: l.Mode == ModeDryRun}
+	out := fsm.Limit{Rate: l.Rate, Burst: l.Burst, DryRun: l.Mode == ModeDryRun}
+	if l.Quota != "" {
+		out.Quota, out.Per, _ = fsm.ParseQuota(l.Quota) // Read names a bad one
+	}
+	return out
 }
 
 // The modes of a limit, as the file and `limit set --mode` write them.
@@ -67,7 +72,10 @@ func Read(path string) (File, error) {
 			errs = append(errs, fmt.Errorf("%s: limits: %s", path, strings.TrimPrefix(err.Error(), "fsm: ")))
 			continue
 		}
-		problems := l.Limit().Explain("rate", "burst")
+		problems := append(l.Limit().Explain("rate", "burst"), l.Limit().ExplainQuota("quota")...)
+		if _, _, err := fsm.ParseQuota(l.Quota); l.Quota != "" && err != nil {
+			problems = append(problems, strings.TrimPrefix(err.Error(), "invalid limit: "))
+		}
 		if err := fsm.CheckMinRate(l.Rate); len(problems) == 0 && err != nil {
 			problems = append(problems, err.Error())
 		}

@@ -159,6 +159,14 @@ func keyTable(w io.Writer, st report.Status) {
 	fmt.Fprintln(w, "; SLOTS: in use/cap; a rate marked (dry run) admits everything)")
 }
 
+// quotaMark follows the burst of a limit with a quota.
+func quotaMark(l fsm.Limit) string {
+	if l.Quota == 0 {
+		return ""
+	}
+	return "\tquota " + l.FormatQuota() + " (UTC)"
+}
+
 // dryRunMark follows the rate of a limit in dry run.
 func dryRunMark(dryRun bool) string {
 	if dryRun {
@@ -209,7 +217,7 @@ func Limits(w io.Writer, lims map[string]fsm.Limit) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tRATE\tBURST")
 	for _, k := range keys {
-		fmt.Fprintf(tw, "%s\t%s/s%s\t%d\n", k, Rate(lims[k].Rate), dryRunMark(lims[k].DryRun), lims[k].Burst)
+		fmt.Fprintf(tw, "%s\t%s/s%s\t%d%s\n", k, Rate(lims[k].Rate), dryRunMark(lims[k].DryRun), lims[k].Burst, quotaMark(lims[k]))
 	}
 	tw.Flush()
 }
