@@ -10,14 +10,14 @@ socket or TCP. Standard library only; Python 3.9+.
 """
 
 from .client import Client, Grant, Slot, escape_key
-from .errors import (ConcurrencyLimit, ConfigError, Error, InvalidRequest, LimitExceeded, Paused, Unauthorized,
-                     Unavailable, UnknownKey, UnknownSlot)
+from .errors import (ConcurrencyLimit, ConfigError, Error, InvalidRequest, LimitExceeded, Paused, QuotaExhausted,
+                     Unauthorized, Unavailable, UnknownKey, UnknownSlot)
 from .retry_after import parse_retry_after
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Grant", "Slot", "escape_key", "parse_retry_after",
-    "Error", "ConfigError", "LimitExceeded", "Paused", "ConcurrencyLimit", "UnknownKey", "UnknownSlot",
+    "Error", "ConfigError", "LimitExceeded", "Paused", "QuotaExhausted", "ConcurrencyLimit", "UnknownKey", "UnknownSlot",
     "Unavailable", "InvalidRequest", "Unauthorized",
 ]

@@ -513,6 +513,16 @@ class Client(object):
         ans = ans or {}
         return float(ans["rate"]), int(ans["burst"])
 
+    def remaining(self, key):
+        # type: (str) -> Dict[str, Any]
+        """What key's limit has left, as the leader counts it: a dict with
+        ``tokens`` (events the rate would admit at once, fleet-wide) and
+        ``burst``, and for a limit with a quota ``quota`` ("100000/day"),
+        ``used``, ``left``, ``window_start`` and ``reset`` (RFC 3339, UTC).
+        One round trip to the leader: a read for planning, not a grant."""
+        ans, _, _ = self._call("GET", "/v1/remaining/" + escape_key(key))
+        return dict(ans or {})
+
     # ------------------------------------------------------------------
     # concurrency slots
 

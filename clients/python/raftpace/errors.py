@@ -64,6 +64,20 @@ class Paused(LimitExceeded):
         self.remaining = float(remaining or 0.0)
 
 
+class QuotaExhausted(LimitExceeded):
+    """The key's quota (a budget per calendar window, UTC) is spent.
+
+    ``reset`` is when the next window begins (an RFC 3339 string, UTC);
+    ``wait`` (seconds) is the time until then. A quota's next window is
+    never reserved ahead: ``wait`` sleeps to the reset when its timeout
+    allows, ``reserve`` raises this at once.
+    """
+
+    def __init__(self, message, code="quota_exhausted", status=429, body=None, wait=0.0):
+        super().__init__(message, code, status, body, wait=wait)
+        self.reset = (body or {}).get("reset")
+
+
 class ConcurrencyLimit(Error):
     """The caps stayed full for the caller's maximum wait; ``full`` names them."""
 
@@ -130,6 +144,9 @@ def error_from_answer(status, body, headers=None, text=""):
     code = body.get("code")
     msg = body.get("error") or (text.strip()[:500] if text else "") or ("HTTP %d" % status)
     ra = _retry_after(headers)
+    if code == "quota_exhausted":
+        w = body.get("wait")
+        return QuotaExhausted(msg, code, status, body, wait=w if w is not None else (ra or 0.0))
     if code == "limit_exceeded" or (code is None and status == 429):
         w = body.get("wait")
         return LimitExceeded(msg, code or "limit_exceeded", status, body, wait=w if w is not None else (ra or 0.0))

@@ -125,10 +125,12 @@ class Agent:
             raise AgentError("raftpace %s: exit %d: %s%s" % (" ".join(args), r.returncode, r.stdout, r.stderr))
         return r.stdout
 
-    def set_limit(self, key, rate, burst, timeout=15.0):
-        """Set key's limit with ``raftpace limit set`` and return it, as
-        Client.get_limit does ((rate, burst)), once the socket reads it."""
-        self.cli("limit", "set", key, "--rate", "%r" % float(rate), "--burst", str(burst))
+    def set_limit(self, key, rate, burst, timeout=15.0, quota=None):
+        """Set key's limit with ``raftpace limit set`` (and ``--quota``, as
+        "100/day", when given) and return it, as Client.get_limit does
+        ((rate, burst)), once the socket reads it."""
+        extra = ["--quota", quota] if quota else []
+        self.cli("limit", "set", key, "--rate", "%r" % float(rate), "--burst", str(burst), *extra)
         c = Client(socket=self.socket, timeout=10)
         try:
             end = time.monotonic() + timeout

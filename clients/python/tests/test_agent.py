@@ -66,6 +66,26 @@ class RealAgentTest(unittest.TestCase):
             self.client.reserve_all(["py-all-tenant", "py-all-tenant"])
         self.assertEqual(cm.exception.field, "keys")
 
+    def test_quota(self):
+        self.agent.set_limit("py-quota", 100, 3, quota="3/hour")
+        r = self.client.remaining("py-quota")
+        self.assertEqual((r["quota"], r["left"], r["used"], r["tokens"]), ("3/hour", 3, 0, 3))
+        self.assertEqual(self.client.reserve("py-quota", 3, max_wait=1), 0.0)
+        with self.assertRaises(raftpace.QuotaExhausted) as cm:
+            self.client.reserve("py-quota", max_wait=600)
+        e = cm.exception
+        self.assertIsInstance(e, raftpace.LimitExceeded)
+        self.assertEqual((e.code, e.key), ("quota_exhausted", "py-quota"))
+        self.assertTrue(e.reset.endswith(":00:00Z"), e.reset)  # the next hour
+        self.assertGreater(e.wait, 0)
+        with self.assertRaises(raftpace.QuotaExhausted):  # a wait shorter than the reset
+            self.client.wait("py-quota", timeout=1)
+        self.assertEqual(self.client.remaining("py-quota")["left"], 0)
+        self.set_limit("py-quota-none", 10, 2)
+        r = self.client.remaining("py-quota-none")
+        self.assertNotIn("quota", r)
+        self.assertEqual(r["burst"], 2)
+
     def test_unknown_key(self):
         with self.assertRaises(raftpace.UnknownKey):
             self.client.reserve("py-no-such-key")

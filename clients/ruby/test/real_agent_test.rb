@@ -146,9 +146,25 @@ class RealAgentTest < Minitest::Test
     end
   end
 
-  def set_limit(key, rate, burst)
-    cli("limit", "set", key, "--rate", rate.to_s, "--burst", burst.to_s)
+  def set_limit(key, rate, burst, *extra)
+    cli("limit", "set", key, "--rate", rate.to_s, "--burst", burst.to_s, *extra)
     eventually { @client.limit(key) }
+  end
+
+  def test_quota
+    set_limit("rb-quota", 100, 3, "--quota", "3/hour")
+    r = @client.remaining("rb-quota")
+    assert_equal ["3/hour", 3, 0, 3], [r["quota"], r["left"], r["used"], r["tokens"]]
+    assert_equal 0.0, @client.reserve("rb-quota", n: 3, max_wait: 1)
+    e = assert_raises(Raftpace::QuotaExhausted) { @client.reserve("rb-quota", max_wait: 600) }
+    assert_kind_of Raftpace::LimitExceeded, e
+    assert_equal ["quota_exhausted", "rb-quota"], [e.code, e.key]
+    assert_match(/:00:00Z\z/, e.reset)
+    assert_operator e.wait, :>, 0
+    assert_raises(Raftpace::QuotaExhausted) { @client.wait("rb-quota", timeout: 1) }
+    assert_equal 0, @client.remaining("rb-quota")["left"]
+    set_limit("rb-quota-none", 10, 2)
+    refute @client.remaining("rb-quota-none").key?("quota")
   end
 
   def test_limit_and_reserve

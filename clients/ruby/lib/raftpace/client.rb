@@ -337,6 +337,16 @@ module Raftpace
       [Float(ans["rate"]), Integer(ans["burst"])]
     end
 
+    # What key's limit has left, as the leader counts it: a Hash with
+    # "tokens" (events the rate would admit at once, fleet-wide) and
+    # "burst", and for a limit with a quota "quota" ("100000/day"), "used",
+    # "left", "window_start" and "reset" (RFC 3339, UTC). One round trip to
+    # the leader: a read for planning, not a grant.
+    def remaining(key)
+      ans, = call(:get, "/v1/remaining/#{Raftpace.escape_key(key)}")
+      ans || {}
+    end
+
     # ------------------------------------------------------------------
     # concurrency slots
 

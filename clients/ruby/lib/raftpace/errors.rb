@@ -44,6 +44,19 @@ module Raftpace
     end
   end
 
+  # The key's quota (a budget per calendar window, UTC) is spent. #reset is
+  # when the next window begins (RFC 3339, UTC), #wait the seconds until
+  # then. A quota's next window is never reserved ahead: #wait sleeps to the
+  # reset when its timeout allows, #reserve raises this at once.
+  class QuotaExhausted < LimitExceeded
+    attr_reader :reset
+
+    def initialize(message = nil, code: "quota_exhausted", status: 429, body: nil, wait: 0.0)
+      super(message, code: code, status: status, body: body, wait: wait)
+      @reset = body.is_a?(Hash) ? body["reset"] : nil
+    end
+  end
+
   # The caps stayed full for the caller's maximum wait; #full names them.
   class ConcurrencyLimit < Error
     attr_reader :full
@@ -99,7 +112,10 @@ module Raftpace
     msg ||= text.to_s.strip[0, 500]
     msg = "HTTP #{status}" if msg.nil? || msg.empty?
     ra = parse_retry_after(retry_after_header)
-    if code == "limit_exceeded" || (code.nil? && status == 429)
+    if code == "quota_exhausted"
+      w = body["wait"].is_a?(Numeric) ? body["wait"] : (ra || 0.0)
+      QuotaExhausted.new(msg, code: code, status: status, body: body, wait: w)
+    elsif code == "limit_exceeded" || (code.nil? && status == 429)
       w = body["wait"].is_a?(Numeric) ? body["wait"] : (ra || 0.0)
       LimitExceeded.new(msg, code: code || "limit_exceeded", status: status, body: body, wait: w)
     elsif code == "paused"
