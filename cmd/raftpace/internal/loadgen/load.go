@@ -404,6 +404,12 @@ func (w *loadWorker) failed(ctx context.Context, err error, backoff *time.Durati
 	case errors.Is(err, raftpace.ErrUnknownKey):
 		w.errs.log(slog.LevelInfo, "load: no limit set for the key yet; retrying", nil)
 		return loop.Sleep(ctx, unknownKeyRetry)
+	case errors.Is(err, raftpace.ErrQuotaExhausted):
+		// The limit's answer, not a failure: shed, and look again soon
+		// (the window may reset, or the quota be raised).
+		w.k.shed.Add(1)
+		w.errs.log(slog.LevelInfo, "load: the key's quota is spent for its window; retrying", err)
+		return loop.Sleep(ctx, unknownKeyRetry)
 	}
 	w.k.errors.Add(1)
 	w.errs.log(slog.LevelWarn, "load: reservation failed; retrying", err)
