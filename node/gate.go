@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/node/gate"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // The refusal gate lives in package node/gate (its doc says what it
@@ -23,7 +24,7 @@ func (n *Node) newGate() *gate.Gate {
 		Commit:      n.commitNow,
 		Leading:     n.leading,
 		CallLeader:  n.callLeader,
-		LeaderErr:   leaderErr,
+		LeaderErr:   wire.LeaderErr,
 		UntilDone:   n.untilDone,
 		WaitApplied: n.waitApplied,
 		Sleep:       func(ctx context.Context, d time.Duration) error { return sleepCtx(ctx, n.ctx, d) },

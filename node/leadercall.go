@@ -2,14 +2,12 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
-	"github.com/raftpace/raftpace/node/pacer"
 	"github.com/raftpace/raftpace/node/wire"
 )
 
@@ -22,44 +20,27 @@ import (
 // call bounded by the request's own maximum wait: callLeaderWithin and
 // grantErr.
 
-// The timings of that shape, named once for the files of package node.
-const (
-	// A retried request sleeps retryBackoffMin first, then twice as long
-	// each time, at most retryBackoffMax (nextBackoff).
-	retryBackoffMin = time.Millisecond
-	retryBackoffMax = 50 * time.Millisecond
-	// commitTimeout bounds one raft commit on the leader.
-	commitTimeout = 5 * time.Second
-)
+// Which failures are retried, and the backoff, are package wire's
+// (retry.go). commitTimeout bounds one raft commit on the leader.
+const commitTimeout = 5 * time.Second
 
-// nextBackoff is the sleep after one of backoff before the next retry.
-func nextBackoff(backoff time.Duration) time.Duration {
-	return min(2*backoff, retryBackoffMax)
-}
-
-// retryable reports whether a new attempt (at the same or a new leader)
-// may cure err.
-func retryable(err error) bool {
-	return errors.Is(err, wire.ErrRetry) || errors.Is(err, wire.ErrNotLeader) || errors.Is(err, pacer.ErrNoShare)
-}
-
-// untilDone runs once until it succeeds or fails for good. A retryable
+// untilDone runs once until it succeeds or fails for good. A wire.Retryable
 // failure is retried with backoff (from 1ms, doubling, at most 50ms) until
 // ctx ends, which gives ErrNoLeader naming what.
 func (n *Node) untilDone(ctx context.Context, what string, once func() error) error {
-	backoff := retryBackoffMin
+	backoff := wire.RetryBackoffMin
 	for {
 		if n.closed() {
 			return raftpace.ErrClosed
 		}
 		err := once()
-		if err == nil || !retryable(err) {
+		if err == nil || !wire.Retryable(err) {
 			return err
 		}
 		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
 			return fmt.Errorf("node: %s: %w: %w", what, raftpace.ErrNoLeader, err)
 		}
-		backoff = nextBackoff(backoff)
+		backoff = wire.NextBackoff(backoff)
 	}
 }
 
@@ -90,13 +71,6 @@ func (n *Node) callAt(ctx, cctx context.Context, addr, what string, method uint8
 	return raw, nil
 }
 
-// leaderCallTimeout bounds one request to the leader: its own maximum
-// wait (the leader may hold it that long for a horizon) plus a little.
-// Past it the leader is presumed paused or cut off and looked up again.
-func leaderCallTimeout(maxWait time.Duration) time.Duration {
-	return min(maxWait, time.Second) + 500*time.Millisecond
-}
-
 // callLeaderWithin is the path of a grant this node's pacer could not give
 // (it does not lead): one request the leader may hold up to maxWait, sent
 // to the leader (counted as forwarded) and its answer decoded. Like
@@ -114,7 +88,7 @@ func (n *Node) callLeaderWithin(ctx context.Context, what string, method uint8, 
 	// A paused or cut-off leader must not hold every caller of the key for
 	// long: each call is bounded, then the leader is looked up again (a new
 	// one may be granting, or this node may fall back).
-	cctx, cancel := context.WithTimeout(ctx, leaderCallTimeout(maxWait))
+	cctx, cancel := context.WithTimeout(ctx, wire.LeaderCallTimeout(maxWait))
 	defer cancel()
 	raw, err := n.callAt(ctx, cctx, string(addr), what, method, req)
 	if err != nil {
@@ -130,7 +104,7 @@ func (n *Node) callLeaderWithin(ctx context.Context, what string, method uint8, 
 // lease) into this node's error: a *raftpace.LimitExceededError when the
 // wait is past maxWait; for a paused key, the pause recorded here and
 // errLeaderPaused; wire.ErrNotLeader as this node's own pacer says it;
-// else as leaderErr.
+// else as wire.LeaderErr.
 func (n *Node) grantErr(what, key string, code uint8, wait, maxWait time.Duration, msg string) error {
 	switch code {
 	case wire.CodeLimitExceeded:
@@ -143,21 +117,7 @@ func (n *Node) grantErr(what, key string, code uint8, wait, maxWait time.Duratio
 	case wire.CodeNotLeader:
 		return wire.ErrNotLeader
 	}
-	return leaderErr(what, code, msg)
-}
-
-// leaderErr turns a leader's answer code into this node's error: retryable
-// when the leader moved on or could not commit, else the sentinel the code
-// stands for.
-func leaderErr(what string, code uint8, msg string) error {
-	err := wire.ErrFor(code, msg)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, wire.ErrNotLeader) || code == wire.CodeUnavailable:
-		return fmt.Errorf("%w: %w", wire.ErrRetry, err)
-	}
-	return fmt.Errorf("node: %s: %w", what, err)
+	return wire.LeaderErr(what, code, msg)
 }
 
 // indexOnLeader commits something on the leader once: local() when this
@@ -175,7 +135,7 @@ func (n *Node) indexOnLeader(ctx context.Context, what string, method uint8, req
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", wire.ErrRetry, err)
 	}
-	if err := leaderErr(what, resp.Code, resp.Msg); err != nil {
+	if err := wire.LeaderErr(what, resp.Code, resp.Msg); err != nil {
 		return 0, err
 	}
 	return resp.Index, nil

@@ -34,10 +34,10 @@ func (n *Node) newLeases() *lease.Cache {
 		Ctx:        n.ctx,
 		WG:         &n.wg,
 		Sleep:      func(ctx context.Context, d time.Duration) error { return sleepCtx(ctx, n.ctx, d) },
-		BackoffMin: retryBackoffMin,
-		BackoffMax: retryBackoffMax,
+		BackoffMin: wire.RetryBackoffMin,
+		BackoffMax: wire.RetryBackoffMax,
 		Fetch:      n.fetchLease,
-		Retryable:  retryable,
+		Retryable:  wire.Retryable,
 		InFallback: n.inFallback,
 	})
 }

@@ -126,7 +126,7 @@ func (n *Node) reserveRaft(ctx context.Context, wants []raftpace.Want, maxWait t
 	}
 	what := raftpace.KeysOf(wants)
 	begin := time.Now()
-	backoff := retryBackoffMin
+	backoff := wire.RetryBackoffMin
 	var lastErr error
 	for {
 		if n.closed() {
@@ -166,7 +166,7 @@ func (n *Node) reserveRaft(ctx context.Context, wants []raftpace.Want, maxWait t
 			lastErr = fmt.Errorf("grant arrived after %v, past its use-by", arrived.Sub(sent))
 			continue
 		}
-		if !retryable(err) {
+		if !wire.Retryable(err) {
 			return raftpace.Reservation{}, err
 		}
 		if n.inFallback() {
@@ -177,7 +177,7 @@ func (n *Node) reserveRaft(ctx context.Context, wants []raftpace.Want, maxWait t
 		if err := sleepCtx(ctx, n.ctx, backoff); err != nil {
 			return raftpace.Reservation{}, fmt.Errorf("node: reserve %s: %w: %w", what, raftpace.ErrNoLeader, err)
 		}
-		backoff = nextBackoff(backoff)
+		backoff = wire.NextBackoff(backoff)
 	}
 }
 

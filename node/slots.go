@@ -7,6 +7,7 @@ import (
 	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/internal/loop"
 	"github.com/raftpace/raftpace/node/slots"
+	"github.com/raftpace/raftpace/node/wire"
 )
 
 // Concurrency caps live in package node/slots (its doc says what they
@@ -43,11 +44,11 @@ func (n *Node) newSlots() *slots.Slots {
 		Call: func(ctx context.Context, addr string, method uint8, req []byte) ([]byte, error) {
 			return n.trans.Call(ctx, addr, method, req)
 		},
-		LeaderErr:      leaderErr,
+		LeaderErr:      wire.LeaderErr,
 		UntilDone:      n.untilDone,
 		IndexOnLeader:  n.indexOnLeader,
 		CommitOnLeader: n.commitOnLeader,
-		Retryable:      retryable,
+		Retryable:      wire.Retryable,
 	})
 }
 

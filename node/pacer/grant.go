@@ -2,7 +2,6 @@ package pacer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -13,9 +12,9 @@ import (
 	"github.com/raftpace/raftpace/node/wire"
 )
 
-// ErrNoShare: the leader holds no part of the rate for the slots asked
-// (no share renewed yet, or not that far ahead); the caller retries.
-var ErrNoShare = errors.New("node: leader holds no share of the rate yet")
+// ErrNoShare is wire.ErrNoShare: the leader holds no part of the rate for
+// the slots asked yet; the caller retries.
+var ErrNoShare = wire.ErrNoShare
 
 // MaxHold bounds how long the pacer holds one request waiting for its
 // share to reach its first slot; then it answers "retry". It is below
