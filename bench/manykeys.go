@@ -114,6 +114,7 @@ func (r *runner) manyKeys(n int) step {
 		if err != nil {
 			return "", err
 		}
+		cpu0, cerr := agentsCPU(c)
 		var reps []*LoadReport
 		for _, a := range c.agents {
 			var rep *LoadReport
@@ -124,6 +125,7 @@ func (r *runner) manyKeys(n int) step {
 			}
 			reps = append(reps, rep)
 		}
+		cpu1, cerr2 := agentsCPU(c)
 		if serr := c.stop(); err == nil {
 			err = serr
 		}
@@ -135,6 +137,11 @@ func (r *runner) manyKeys(n int) step {
 			return "", err
 		}
 		res := analyzeManyKeys(events, keys, lim, reps)
+		if cerr == nil && cerr2 == nil && len(events) > 0 {
+			// Every agent's CPU over the run, start-up and registration
+			// included, per event admitted: what a slow key costs.
+			res.CPUPerEventUs = float64((cpu1 - cpu0).Microseconds()) / float64(len(events))
+		}
 		res.Template = r.cfg.KeysTemplate
 		res.Processes = len(c.agents)
 		r.rep.ManyKeys = append(r.rep.ManyKeys, res)
@@ -215,4 +222,17 @@ func analyzeManyKeys(events []timeline.Event, keys []string, lim client.Limit, r
 		res.AdmittedPct = 100 * float64(res.Events) / want
 	}
 	return res
+}
+
+// agentsCPU is the user+system CPU time the cluster's agents have used.
+func agentsCPU(c *cluster) (time.Duration, error) {
+	var sum time.Duration
+	for _, a := range c.agents {
+		t, err := cpuTime(a.pid())
+		if err != nil {
+			return 0, err
+		}
+		sum += t
+	}
+	return sum, nil
 }

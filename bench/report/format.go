@@ -104,6 +104,9 @@ func (m *ManyKeysResult) Summary() string {
 	if m.Errors > 0 {
 		s += fmt.Sprintf(", %d failed calls", m.Errors)
 	}
+	if m.CPUPerEventUs > 0 {
+		s += fmt.Sprintf(", agents' CPU %.0f us per event", m.CPUPerEventUs)
+	}
 	return s
 }
 

@@ -161,6 +161,9 @@ type ManyKeysResult struct {
 
 	Forfeited uint64 `json:"forfeited"`
 	Errors    uint64 `json:"errors"`
+	// CPUPerEventUs is the agents' CPU time (all of them, the whole run)
+	// per admitted event, in microseconds; 0 when not measured.
+	CPUPerEventUs float64 `json:"cpu_us_per_event,omitempty"`
 }
 
 // Window returns the check for length w, or nil.
