@@ -134,7 +134,7 @@ const (
 )
 
 var sizeDebts = map[string]int{
-	"node": 2667,
+	"node": 2669,
 }
 
 func TestRoomSizes(t *testing.T) {

@@ -42,7 +42,7 @@ func (n *Node) keyCountsSnapshot() []report.KeyCounts {
 		out = append(out, report.KeyCounts{
 			Key: key,
 			Reservations: map[string]uint64{
-				report.OutcomeGranted: c.Granted.Load(), report.OutcomeRefused: c.Refused.Load(), report.OutcomePaused: c.Paused.Load(),
+				report.OutcomeGranted: c.Granted.Load(), report.OutcomeRefused: c.Refused.Load(), report.OutcomePaused: c.Paused.Load(), report.OutcomeQuota: c.Quota.Load(),
 				report.OutcomeUnknownKey: c.Unknown.Load(), report.OutcomeError: c.Failed.Load(), report.OutcomeDryRun: c.DryRun.Load(),
 			},
 			GrantedEvents: c.Events.Load(),
@@ -76,6 +76,8 @@ func (n *Node) reserved(wants []raftpace.Want, begin time.Time, r raftpace.Reser
 		n.waitHist.Observe(max(0, r.At.Sub(begin)))
 	case errors.As(err, &pe): // before raftpace.ErrLimitExceeded, which it also matches
 		of, node = func(c *tally.Counter) *atomic.Uint64 { return &c.Paused }, &n.stats.pausedRefusals
+	case errors.Is(err, raftpace.ErrQuotaExhausted): // so too
+		of, node = func(c *tally.Counter) *atomic.Uint64 { return &c.Quota }, &n.stats.refused
 	case errors.Is(err, raftpace.ErrLimitExceeded):
 		of, node = func(c *tally.Counter) *atomic.Uint64 { return &c.Refused }, &n.stats.refused
 	case errors.Is(err, raftpace.ErrUnknownKey):

@@ -113,6 +113,17 @@ func TestNode_QuotaHoldsAcrossLeaderKill(t *testing.T) {
 			t.Fatalf("Remaining on %s = %+v: want quota 120 per hour, at least the %d events admitted used, reset %s", c.Node(i).ID(), rem, total, reset)
 		}
 	}
+	var counted uint64 // the refusals the nodes' metrics count as the quota's
+	for _, i := range []int{c.Leader(), c.Followers()[0]} {
+		for _, k := range c.Node(i).Metrics().Keys {
+			if k.Key == "q" {
+				counted += k.Reservations["quota_exhausted"]
+			}
+		}
+	}
+	if counted == 0 {
+		t.Errorf("no reservation counted as quota_exhausted in the metrics, after %d refusals", exhausted)
+	}
 	if _, err := c.Node(c.Followers()[0]).Remaining(ctx, "nope"); !errors.Is(err, raftpace.ErrUnknownKey) {
 		t.Fatalf("Remaining of an unknown key: %v", err)
 	}

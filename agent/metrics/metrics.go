@@ -168,7 +168,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 	nm := c.n.Metrics()
 	for _, k := range nm.Keys {
-		for _, o := range []string{report.OutcomeGranted, report.OutcomeRefused, report.OutcomePaused, report.OutcomeUnknownKey, report.OutcomeError, report.OutcomeDryRun} {
+		for _, o := range []string{report.OutcomeGranted, report.OutcomeRefused, report.OutcomePaused, report.OutcomeQuota, report.OutcomeUnknownKey, report.OutcomeError, report.OutcomeDryRun} {
 			emit(mReservations, float64(k.Reservations[o]), k.Key, o)
 		}
 		emit(mEvents, float64(k.GrantedEvents), k.Key)

@@ -5,11 +5,12 @@ import "time"
 // Reservation outcomes, as Metrics reports them (the keys of
 // KeyCounts.Reservations and KeyCounts.Slots).
 const (
-	OutcomeGranted    = "granted"     // a reservation was granted
-	OutcomeRefused    = "refused"     // raftpace.ErrLimitExceeded: the wait would pass the caller's maximum
-	OutcomePaused     = "paused"      // *raftpace.PausedError: a pause outlasted the caller's maximum wait
-	OutcomeUnknownKey = "unknown_key" // raftpace.ErrUnknownKey: no limit (or no cap) for the key
-	OutcomeError      = "error"       // anything else: no leader, closed, stopped, cancelled
+	OutcomeGranted    = "granted"         // a reservation was granted
+	OutcomeRefused    = "refused"         // raftpace.ErrLimitExceeded: the wait would pass the caller's maximum
+	OutcomePaused     = "paused"          // *raftpace.PausedError: a pause outlasted the caller's maximum wait
+	OutcomeQuota      = "quota_exhausted" // *raftpace.QuotaExhaustedError: the key's quota is spent for its window
+	OutcomeUnknownKey = "unknown_key"     // raftpace.ErrUnknownKey: no limit (or no cap) for the key
+	OutcomeError      = "error"           // anything else: no leader, closed, stopped, cancelled
 	// OutcomeDryRun: admitted at once by a limit in dry run (fsm.Limit.DryRun)
 	// that had no slot for it now: enforced, it would have waited or been
 	// refused (or waited for a leader). What a dry run is watched for.
@@ -31,8 +32,8 @@ const OtherKeys = "(other keys)"
 type KeyCounts struct {
 	Key string `json:"key"`
 	// Reservations (Reserve calls with a valid key and count) by outcome:
-	// OutcomeGranted, OutcomeRefused, OutcomePaused, OutcomeUnknownKey,
-	// OutcomeError, OutcomeDryRun.
+	// OutcomeGranted, OutcomeRefused, OutcomePaused, OutcomeQuota,
+	// OutcomeUnknownKey, OutcomeError, OutcomeDryRun.
 	Reservations map[string]uint64 `json:"reservations"`
 	// GrantedEvents is the events in granted reservations (their counts),
 	// those a dry run admitted included.

@@ -19,7 +19,7 @@ type Keys struct {
 // Counter is one key's outcome counters; its owner names what each counts.
 type Counter struct {
 	Granted, Refused, Paused, Unknown, Failed atomic.Uint64
-	DryRun                                    atomic.Uint64
+	DryRun, Quota                             atomic.Uint64
 	Events                                    atomic.Uint64
 	Acquired, ConcRefused, SlotUnknown        atomic.Uint64
 	SlotFailed                                atomic.Uint64
