@@ -31,9 +31,10 @@ type quota struct {
 	need      int64     // the most a waiting request needs committed
 }
 
-// quotaBatchTime is how much of the key's rate one CommitQuotas entry
-// commits ahead: the leader's horizon look-ahead, so quotas and horizons
-// cost one commit each per look-ahead of a busy key.
+// quotaBatch is how many events of the key one CommitQuotas entry commits
+// ahead: its burst and what its rate grants over the leader's horizon
+// look-ahead and a lease span, so a busy key's quota costs about one
+// commit per look-ahead, as its horizon does.
 func (p *Pacer) quotaBatch(ks *keyState) int64 {
 	b := int64(ks.limit.Burst) + p.ahead/max(1, ks.params.Interval) + p.span/max(1, ks.params.Interval)
 	return max(1, b)
