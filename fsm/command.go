@@ -195,7 +195,7 @@ func validate(c Command) error {
 	case DeleteLimit:
 		return validateKey(c.Key)
 	case ExtendHorizons:
-		return validateEntries(c.Entries)
+		return validateEntries(c.Entries, func(e HorizonEntry) string { return e.Key }, func(e HorizonEntry) error { return validateAhead(e.Ahead) })
 	case UpsertMember:
 		return errors.Join(c.Member.problems()...)
 	case RemoveMember:
@@ -211,25 +211,28 @@ func validate(c Command) error {
 	case ReleaseSlots:
 		return validateReleaseIDs(c.IDs)
 	case CommitQuotas:
-		return validateQuotaEntries(c.Entries)
+		return validateEntries(c.Entries, func(e QuotaEntry) string { return e.Key }, func(e QuotaEntry) error { return e.QuotaCount.Validate() })
 	}
 	return fmt.Errorf("%w: %T", ErrUnknownCommand, c)
 }
 
-func validateEntries(es []HorizonEntry) error {
+// validateEntries checks the entries of a command that moves many keys at
+// once (ExtendHorizons, CommitQuotas): 1..MaxHorizonEntries of them, each
+// key valid and named once, each entry's value valid (check).
+func validateEntries[E any](es []E, key func(E) string, check func(E) error) error {
 	if len(es) == 0 || len(es) > MaxHorizonEntries {
 		return fmt.Errorf("%d entries: must be 1..%d (MaxHorizonEntries)", len(es), MaxHorizonEntries)
 	}
 	for i, e := range es {
-		if err := validateKey(e.Key); err != nil {
+		if err := validateKey(key(e)); err != nil {
 			return fmt.Errorf("entry %d: %w", i, err)
 		}
-		if err := validateAhead(e.Ahead); err != nil {
-			return fmt.Errorf("entry %d key %s: %w", i, quote(e.Key), err)
+		if err := check(e); err != nil {
+			return fmt.Errorf("entry %d key %s: %w", i, quote(key(e)), err)
 		}
 	}
-	if i, j, ok := firstDuplicate(es, func(e HorizonEntry) string { return e.Key }); ok {
-		return dupErr(i, j, es[j].Key)
+	if i, j, ok := firstDuplicate(es, key); ok {
+		return dupErr(i, j, key(es[j]))
 	}
 	return nil
 }

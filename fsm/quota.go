@@ -140,24 +140,6 @@ type CommitQuotas struct {
 	Entries []QuotaEntry
 }
 
-func validateQuotaEntries(es []QuotaEntry) error {
-	if len(es) == 0 || len(es) > MaxHorizonEntries {
-		return fmt.Errorf("%d entries: must be 1..%d (MaxHorizonEntries)", len(es), MaxHorizonEntries)
-	}
-	for i, e := range es {
-		if err := validateKey(e.Key); err != nil {
-			return fmt.Errorf("entry %d: %w", i, err)
-		}
-		if err := e.QuotaCount.Validate(); err != nil {
-			return fmt.Errorf("entry %d key %s: %w", i, quote(e.Key), err)
-		}
-	}
-	if i, j, ok := firstDuplicate(es, func(e QuotaEntry) string { return e.Key }); ok {
-		return dupErr(i, j, es[j].Key)
-	}
-	return nil
-}
-
 // Validate reports what is wrong with c (Per 0 is a removal).
 func (c QuotaCount) Validate() error {
 	if c.Per == 0 {

@@ -22,11 +22,7 @@ func (c *cli) pause(name string, args []string) error {
 			"check the gate themselves); Wait and Reserve of a limited key wait it out.")
 	o := addAdminFlags(f)
 	d := f.Duration("for", 0, "how long, a `DURATION` like 15s (required, at most 24h)")
-	pos, err := c.parse(f, args)
-	if err != nil {
-		return err
-	}
-	key, err := oneKey(f, pos)
+	key, err := c.parseKey(f, args)
 	if err != nil {
 		return err
 	}
@@ -83,11 +79,7 @@ func (c *cli) slotsSet(args []string) error {
 	f := cmdline.New("slots set", "KEY --max N [flags]", "Sets KEY's fleet-wide concurrency cap: at most N slots held at once.")
 	o := addAdminFlags(f)
 	maxS := f.String("max", "", "most slots held at once across the fleet, `N` in 1..1000000 (required)")
-	pos, err := c.parse(f, args)
-	if err != nil {
-		return err
-	}
-	key, err := oneKey(f, pos)
+	key, err := c.parseKey(f, args)
 	if err != nil {
 		return err
 	}
@@ -110,11 +102,7 @@ func (c *cli) slotsSet(args []string) error {
 func (c *cli) slotsDelete(args []string) error {
 	f := cmdline.New("slots delete", "KEY [flags]", "Removes KEY's concurrency cap (slots held stay until released or expired).")
 	o := addAdminFlags(f)
-	pos, err := c.parse(f, args)
-	if err != nil {
-		return err
-	}
-	key, err := oneKey(f, pos)
+	key, err := c.parseKey(f, args)
 	if err != nil {
 		return err
 	}

@@ -217,6 +217,15 @@ func (c *cli) limit(name string, args []string) error {
 	return &cmdline.UsageError{Cmd: "limit", Msg: fmt.Sprintf("unknown subcommand %q: want set, get, list, remaining or apply", args[sub]), Usage: limitUsage}
 }
 
+// parseKey parses a command's flags and returns its single positional KEY.
+func (c *cli) parseKey(f *cmdline.Flags, args []string) (string, error) {
+	pos, err := c.parse(f, args)
+	if err != nil {
+		return "", err
+	}
+	return oneKey(f, pos)
+}
+
 // oneKey returns the single positional KEY.
 func oneKey(f *cmdline.Flags, pos []string) (string, error) {
 	key, err := f.One(pos, "KEY")
@@ -263,11 +272,7 @@ func (c *cli) limitSet(args []string) error {
 	burst := f.String("burst", "1", "events allowed at once after a quiet spell, `B` >= 1")
 	mode := f.String("mode", "enforce", "`MODE`: enforce (hold events to the limit) or dry-run (admit everything,\ncount what it would hold back)")
 	quota := f.String("quota", "", "also at most N events per calendar window (UTC): `N/PERIOD`, PERIOD\nminute, hour, day or month, as 100000/day (none by default)")
-	pos, err := c.parse(f, args)
-	if err != nil {
-		return err
-	}
-	key, err := oneKey(f, pos)
+	key, err := c.parseKey(f, args)
 	if err != nil {
 		return err
 	}
@@ -311,11 +316,7 @@ func (c *cli) limitGet(args []string) error {
 	f := cmdline.New("limit get", "KEY [--json] [flags]", "Prints KEY's limit.")
 	o := addAdminFlags(f)
 	asJSON := f.Bool("json", false, `print {"key":..,"rate":..,"burst":..}`)
-	pos, err := c.parse(f, args)
-	if err != nil {
-		return err
-	}
-	key, err := oneKey(f, pos)
+	key, err := c.parseKey(f, args)
 	if err != nil {
 		return err
 	}
@@ -339,11 +340,7 @@ func (c *cli) limitRemaining(args []string) error {
 	f := cmdline.New("limit remaining", "KEY [--json] [flags]", "Prints what KEY's limit has left, as the leader counts it: the events its rate\nwould admit at once, and for a quota what is used and left of the window.")
 	o := addAdminFlags(f)
 	asJSON := f.Bool("json", false, `print {"key":..,"tokens":..,"quota":..,"left":..,"reset":..}`)
-	pos, err := c.parse(f, args)
-	if err != nil {
-		return err
-	}
-	key, err := oneKey(f, pos)
+	key, err := c.parseKey(f, args)
 	if err != nil {
 		return err
 	}
