@@ -16,14 +16,15 @@ import (
 )
 
 // quotaLimit: a rate that would spend the quota in 3 s, so a run of 6 s
-// with a leader killed at 1.5 s meets the quota, not the rate.
-var quotaLimit = fsm.Limit{Rate: 40, Burst: 4, Quota: 120, Per: fsm.PerHour}
+// with a leader killed at 1.5 s meets the quota, not the rate. A day, so a
+// run almost never crosses a window (once in 14,400 runs of 6 s).
+var quotaLimit = fsm.Limit{Rate: 40, Burst: 4, Quota: 120, Per: fsm.PerDay}
 
 // quotaLoad runs callers on every node (single events from leases, and
 // reservations of two events) until ctx ends, kills the leader after
-// killAt, and returns the events admitted per hour window and the
+// killAt, and returns the events admitted per day window and the
 // refusals that named the quota.
-func quotaLoad(t *testing.T, fresh bool) (perHour map[int64]int, exhausted int, c *nodetest.Cluster) {
+func quotaLoad(t *testing.T, fresh bool) (perDay map[int64]int, exhausted int, c *nodetest.Cluster) {
 	c = nodetest.New(t, 3, func(_ int, cfg *node.Config) { cfg.Unsafe.FreshStart = fresh })
 	ctx := nodetest.Ctx(t, 60*time.Second)
 	if err := c.Node(0).SetLimit(ctx, "q", quotaLimit); err != nil {
@@ -32,12 +33,12 @@ func quotaLoad(t *testing.T, fresh bool) (perHour map[int64]int, exhausted int, 
 	runCtx, cancel := context.WithTimeout(ctx, 6*time.Second)
 	defer cancel()
 	var mu sync.Mutex
-	perHour = map[int64]int{}
+	perDay = map[int64]int{}
 	var spent atomic.Int64
 	record := func(at time.Time, n int) {
-		start, _ := fsm.PerHour.Window(at)
+		start, _ := fsm.PerDay.Window(at)
 		mu.Lock()
-		perHour[start.Unix()] += n
+		perDay[start.Unix()] += n
 		mu.Unlock()
 	}
 	var wg sync.WaitGroup
@@ -73,7 +74,7 @@ func quotaLoad(t *testing.T, fresh bool) (perHour map[int64]int, exhausted int, 
 	time.Sleep(1500 * time.Millisecond)
 	c.Kill(c.Leader())
 	wg.Wait()
-	return perHour, int(spent.Load()), c
+	return perDay, int(spent.Load()), c
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
@@ -84,15 +85,15 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 }
 
 // A quota holds across a leader's kill: the new leader starts at the
-// count the old one committed, so no hour passes its quota, while the
+// count the old one committed, so no day passes its quota, while the
 // quota (not the rate) ends the run; and a follower reads what is left.
 func TestNode_QuotaHoldsAcrossLeaderKill(t *testing.T) {
-	perHour, exhausted, c := quotaLoad(t, false)
+	perDay, exhausted, c := quotaLoad(t, false)
 	total := 0
-	for start, n := range perHour {
-		t.Logf("hour from %s: %d events (quota %d); %d refusals named the quota", time.Unix(start, 0).UTC().Format(time.TimeOnly), n, quotaLimit.Quota, exhausted)
+	for start, n := range perDay {
+		t.Logf("day from %s: %d events (quota %d); %d refusals named the quota", time.Unix(start, 0).UTC().Format(time.TimeOnly), n, quotaLimit.Quota, exhausted)
 		if int64(n) > quotaLimit.Quota {
-			t.Fatalf("the hour from %s admitted %d events: quota %d", time.Unix(start, 0).UTC(), n, quotaLimit.Quota)
+			t.Fatalf("the day from %s admitted %d events: quota %d", time.Unix(start, 0).UTC(), n, quotaLimit.Quota)
 		}
 		total += n
 	}
@@ -108,9 +109,9 @@ func TestNode_QuotaHoldsAcrossLeaderKill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, reset := fsm.PerHour.Window(time.Now())
-		if rem.Quota != 120 || rem.Per != "hour" || rem.Used < int64(total) || rem.Left != rem.Quota-rem.Used || !rem.Reset.Equal(reset) {
-			t.Fatalf("Remaining on %s = %+v: want quota 120 per hour, at least the %d events admitted used, reset %s", c.Node(i).ID(), rem, total, reset)
+		_, reset := fsm.PerDay.Window(time.Now())
+		if rem.Quota != 120 || rem.Per != "day" || rem.Used < int64(total) || rem.Left != rem.Quota-rem.Used || !rem.Reset.Equal(reset) {
+			t.Fatalf("Remaining on %s = %+v: want quota 120 per day, at least the %d events admitted used, reset %s", c.Node(i).ID(), rem, total, reset)
 		}
 	}
 	var counted uint64 // the refusals the nodes' metrics count as the quota's
@@ -132,12 +133,12 @@ func TestNode_QuotaHoldsAcrossLeaderKill(t *testing.T) {
 // The twin: a new leader that starts the count at 0 (Unsafe.FreshStart)
 // passes the quota, so the check above can fail.
 func TestNode_QuotaHoldsAcrossLeaderKill_Twin(t *testing.T) {
-	perHour, _, _ := quotaLoad(t, true)
-	for start, n := range perHour {
+	perDay, _, _ := quotaLoad(t, true)
+	for start, n := range perDay {
 		if int64(n) > quotaLimit.Quota {
-			t.Logf("the hour from %s admitted %d events against a quota of %d: caught", time.Unix(start, 0).UTC().Format(time.TimeOnly), n, quotaLimit.Quota)
+			t.Logf("the day from %s admitted %d events against a quota of %d: caught", time.Unix(start, 0).UTC().Format(time.TimeOnly), n, quotaLimit.Quota)
 			return
 		}
 	}
-	t.Fatalf("a new leader that forgets the count kept every hour within its quota (%v): the check cannot fail", perHour)
+	t.Fatalf("a new leader that forgets the count kept every day within its quota (%v): the check cannot fail", perDay)
 }

@@ -442,13 +442,13 @@ func TestAnyInput(t *testing.T) {
 // and GET /v1/remaining/KEY reads what is left.
 func TestQuota(t *testing.T) {
 	p := newPlane(t)
-	if err := p.n.SetLimit(nodetest.Ctx(t, 10*time.Second), "q", fsm.Limit{Rate: 100, Burst: 3, Quota: 3, Per: fsm.PerHour}); err != nil {
+	if err := p.n.SetLimit(nodetest.Ctx(t, 10*time.Second), "q", fsm.Limit{Rate: 100, Burst: 3, Quota: 3, Per: fsm.PerDay}); err != nil {
 		t.Fatal(err)
 	}
 	p.limit("g", 100, 3)
 	a := p.call("GET", "/v1/remaining/q", "", 200, "")
-	_, reset := fsm.PerHour.Window(time.Now())
-	if a.body["quota"] != "3/hour" || a.num("left") != 3 || a.num("used") != 0 || a.body["reset"] != reset.Format(time.RFC3339) || a.num("tokens") != 3 {
+	_, reset := fsm.PerDay.Window(time.Now())
+	if a.body["quota"] != "3/day" || a.num("left") != 3 || a.num("used") != 0 || a.body["reset"] != reset.Format(time.RFC3339) || a.num("tokens") != 3 {
 		t.Fatalf("remaining before: %s", a.raw)
 	}
 	grant(t, p.call("POST", "/v1/reserve/q", `{"n":3}`, 200, ""))

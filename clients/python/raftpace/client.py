@@ -12,7 +12,7 @@ import urllib.parse
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _transport
-from .errors import (ConfigError, InvalidRequest, LimitExceeded, Paused, Unavailable, UnknownSlot,
+from .errors import (ConfigError, InvalidRequest, LimitExceeded, Paused, QuotaExhausted, Unavailable, UnknownSlot,
                      error_from_answer)
 from .retry_after import MAX_PAUSE, PAUSE_STATUSES, pause_for
 
@@ -449,6 +449,12 @@ class Client(object):
             step = min(left, UNBOUNDED_STEP)
             try:
                 g = self._usable_grant(ws, step, deadline)
+            except QuotaExhausted as e:
+                # A window is never reserved ahead: sleep to its reset.
+                if deadline is not None and e.wait > left:
+                    raise
+                self._sleep(max(_BACKOFF_MIN, e.wait))
+                continue
             except LimitExceeded as e:  # and Paused
                 hint = e.wait
                 if deadline is not None and (step >= left or hint > left):

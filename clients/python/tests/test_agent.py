@@ -67,16 +67,16 @@ class RealAgentTest(unittest.TestCase):
         self.assertEqual(cm.exception.field, "keys")
 
     def test_quota(self):
-        self.agent.set_limit("py-quota", 100, 3, quota="3/hour")
+        self.agent.set_limit("py-quota", 100, 3, quota="3/day")
         r = self.client.remaining("py-quota")
-        self.assertEqual((r["quota"], r["left"], r["used"], r["tokens"]), ("3/hour", 3, 0, 3))
+        self.assertEqual((r["quota"], r["left"], r["used"], r["tokens"]), ("3/day", 3, 0, 3))
         self.assertEqual(self.client.reserve("py-quota", 3, max_wait=1), 0.0)
         with self.assertRaises(raftpace.QuotaExhausted) as cm:
             self.client.reserve("py-quota", max_wait=600)
         e = cm.exception
         self.assertIsInstance(e, raftpace.LimitExceeded)
         self.assertEqual((e.code, e.key), ("quota_exhausted", "py-quota"))
-        self.assertTrue(e.reset.endswith(":00:00Z"), e.reset)  # the next hour
+        self.assertTrue(e.reset.endswith("T00:00:00Z"), e.reset)  # the next day
         self.assertGreater(e.wait, 0)
         with self.assertRaises(raftpace.QuotaExhausted):  # a wait shorter than the reset
             self.client.wait("py-quota", timeout=1)

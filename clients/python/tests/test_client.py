@@ -144,6 +144,24 @@ class MethodsTest(AgentCase):
             self.client.wait("k", timeout=0.3)
         self.assertEqual(cm.exception.code, "stopped")
 
+    def test_wait_sleeps_to_a_quota_reset(self):
+        # A spent quota is never reserved ahead: wait sleeps the whole wait
+        # the agent names (to the window's reset), once, and asks again;
+        # a reset past the timeout raises at once.
+        self.agent.set_limit("k", 100, 1)
+        spent = {"error": "spent", "code": "quota_exhausted", "key": "k", "wait": 0.3, "reset": "2026-12-07T00:00:00Z"}
+        self.agent.fail_next.append(("/v1/reserve/", 429, spent, {"Retry-After": "1"}))
+        t0 = time.monotonic()
+        self.client.wait("k", timeout=5)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.29)
+        self.assertEqual(self.agent.count("POST", "/v1/reserve/"), 2)
+        self.agent.fail_next.append(("/v1/reserve/", 429, dict(spent, wait=30.0), {"Retry-After": "30"}))
+        t0 = time.monotonic()
+        with self.assertRaises(raftpace.QuotaExhausted) as cm:
+            self.client.wait("k", timeout=2)
+        self.assertLess(time.monotonic() - t0, 1.0)
+        self.assertEqual((cm.exception.key, cm.exception.reset), ("k", "2026-12-07T00:00:00Z"))
+
     def test_limit_and_limited(self):
         self.agent.set_limit("k", 1, 1)
         with self.client.limit("k", wait_timeout=0.1):

@@ -247,6 +247,26 @@ class MethodsTest < AgentCase
   end
 end
 
+class QuotaWaitTest < AgentCase
+  # A spent quota is never reserved ahead: wait sleeps the whole wait the
+  # agent names (to the window's reset), once, and asks again; a reset past
+  # the timeout raises at once.
+  def test_wait_sleeps_to_a_quota_reset
+    @agent.set_limit("k", 100, 1)
+    spent = { "error" => "spent", "code" => "quota_exhausted", "key" => "k", "wait" => 0.3, "reset" => "2026-12-07T00:00:00Z" }
+    @agent.fail_next("/v1/reserve/k", 429, spent, "Retry-After" => "1")
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    @client.wait("k", timeout: 5)
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0, :>=, 0.29
+    assert_equal 2, @agent.count("POST", "/v1/reserve/")
+    @agent.fail_next("/v1/reserve/k", 429, spent.merge("wait" => 30.0), "Retry-After" => "30")
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    e = assert_raises(Raftpace::QuotaExhausted) { @client.wait("k", timeout: 2) }
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0, :<, 1.0
+    assert_equal ["k", "2026-12-07T00:00:00Z"], [e.key, e.reset]
+  end
+end
+
 class ErrorsTest < AgentCase
   def answer(status, body, headers = {})
     @agent.fail_next("/v1/reserve/k", status, body, headers)

@@ -152,14 +152,14 @@ class RealAgentTest < Minitest::Test
   end
 
   def test_quota
-    set_limit("rb-quota", 100, 3, "--quota", "3/hour")
+    set_limit("rb-quota", 100, 3, "--quota", "3/day")
     r = @client.remaining("rb-quota")
-    assert_equal ["3/hour", 3, 0, 3], [r["quota"], r["left"], r["used"], r["tokens"]]
+    assert_equal ["3/day", 3, 0, 3], [r["quota"], r["left"], r["used"], r["tokens"]]
     assert_equal 0.0, @client.reserve("rb-quota", n: 3, max_wait: 1)
     e = assert_raises(Raftpace::QuotaExhausted) { @client.reserve("rb-quota", max_wait: 600) }
     assert_kind_of Raftpace::LimitExceeded, e
     assert_equal ["quota_exhausted", "rb-quota"], [e.code, e.key]
-    assert_match(/:00:00Z\z/, e.reset)
+    assert_match(/T00:00:00Z\z/, e.reset)
     assert_operator e.wait, :>, 0
     assert_raises(Raftpace::QuotaExhausted) { @client.wait("rb-quota", timeout: 1) }
     assert_equal 0, @client.remaining("rb-quota")["left"]

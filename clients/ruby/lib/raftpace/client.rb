@@ -277,6 +277,12 @@ module Raftpace
         step = [left, UNBOUNDED_STEP].min
         begin
           g = usable_grant(ws, step, deadline)
+        rescue QuotaExhausted => e
+          # A window is never reserved ahead: sleep to its reset.
+          raise if !deadline.nil? && e.wait > left
+
+          @sleeper.call([BACKOFF_MIN, e.wait].max)
+          next
         rescue LimitExceeded => e # and Paused
           hint = e.wait
           raise if !deadline.nil? && (step >= left || hint > left)
