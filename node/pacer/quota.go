@@ -59,8 +59,17 @@ func (p *Pacer) quotaLocked(key string, ks *keyState, wall time.Time) *quota {
 	}
 	q := &quota{per: ks.limit.Per, window: start.Unix(), end: end}
 	if p.Quotas != nil && !p.Fresh { // Fresh: the unsafe twin, as with horizons
-		if c, ok := p.Quotas(key); ok && c.Per == q.per && c.Window == q.window {
-			q.used, q.committed = c.Count, c.Count
+		if c, ok := p.Quotas(key); ok && c.Per == q.per {
+			switch {
+			case c.Window == q.window:
+				q.used, q.committed = c.Count, c.Count
+			case c.Window > q.window:
+				// A leader whose clock ran ahead of this one's already
+				// counts a later window (the state keeps only the latest):
+				// this window's count is gone, so it is closed here, not
+				// begun again at 0.
+				q.used, q.committed = ks.limit.Quota, ks.limit.Quota
+			}
 		}
 	}
 	ks.q = q

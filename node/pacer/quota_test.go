@@ -244,3 +244,26 @@ func TestQuota_SlotsStayInTheirWindow(t *testing.T) {
 	}
 	_ = wait
 }
+
+// A leader whose clock is behind the last one's, just past a window's
+// end by that clock, finds the state counting the next window: it grants
+// nothing more in the window it still sees (its count is gone), instead of
+// starting it again at 0.
+func TestQuota_ALaggingClockDoesNotReopenAWindow(t *testing.T) {
+	lim := fsm.Limit{Rate: 100, Burst: 5, Quota: 10, Per: fsm.PerMinute}
+	r := newQuotaRig(t, lim, noon.Add(-2*time.Second)) // 11:59:58 by this leader's clock
+	apply(t, r.st, fsm.CommitQuotas{Entries: []fsm.QuotaEntry{{Key: "k", QuotaCount: fsm.QuotaCount{Per: fsm.PerMinute, Window: noon.Unix(), Count: 4}}}})
+	r.lead(true)
+	_, _, err := r.p.Reserve(context.Background(), nil, "k", 1, time.Second)
+	var qe *raftpace.QuotaExhaustedError
+	if !errors.As(err, &qe) || !qe.Reset.Equal(noon) {
+		t.Fatalf("a reservation in 11:59 after the state moved to 12:00: %v; want the quota spent until 12:00", err)
+	}
+	r.clock.Add(int64(3 * time.Second)) // 12:00:01 here too: the 12:00 count goes on from 4
+	if err := r.run(func() error { _, _, err := r.p.Reserve(context.Background(), nil, "k", 5, time.Second); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if rem, _ := r.p.Remaining("k"); rem.Used != 9 || rem.Left != 1 {
+		t.Fatalf("Remaining = %+v; want 9 used (4 committed before, 5 now), 1 left", rem)
+	}
+}
