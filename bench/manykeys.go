@@ -209,8 +209,12 @@ func analyzeManyKeys(events []timeline.Event, keys []string, lim client.Limit, r
 		if rep.RateEvents == 0 {
 			res.Idle++
 		}
-		if pct := 100 * rep.Utilisation; res.WorstPct < 0 || pct < res.WorstPct {
+		pct := 100 * rep.Utilisation
+		if res.WorstPct < 0 || pct < res.WorstPct {
 			res.WorstKey, res.WorstPct = k, pct
+		}
+		if pct < 95 {
+			res.Below95++
 		}
 		for _, w := range rep.Windows {
 			if w.Over {

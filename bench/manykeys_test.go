@@ -32,7 +32,7 @@ func TestAnalyzeManyKeys(t *testing.T) {
 	if res.Seconds < 8.69 || res.Seconds > 8.71 || res.Events != 27 || res.AdmittedPct < 50.5 || res.AdmittedPct > 50.6 {
 		t.Errorf("interval: %.2f s, %d events, %.2f%%", res.Seconds, res.Events, res.AdmittedPct)
 	}
-	if res.WorstKey != "k2" || res.WorstPct != 0 || res.Idle != 1 || res.WindowsOver != 0 || res.Keys != 3 {
+	if res.WorstKey != "k2" || res.WorstPct != 0 || res.Below95 != 2 || res.Idle != 1 || res.WindowsOver != 0 || res.Keys != 3 {
 		t.Errorf("per key: %+v", res)
 	}
 

@@ -99,8 +99,8 @@ func (c *CeilingResult) Summary() string {
 
 // Summary is the run's figures in one line, for progress output.
 func (m *ManyKeysResult) Summary() string {
-	s := fmt.Sprintf("%.1f%% of %s x %s/s, worst key %s %.1f%%, %d admitting nothing, %d windows over, %.1f s measured",
-		m.AdmittedPct, FormatRate(float64(m.Keys)), FormatRate(m.Rate), m.WorstKey, m.WorstPct, m.Idle, m.WindowsOver, m.Seconds)
+	s := fmt.Sprintf("%.1f%% of %s x %s/s, worst key %s %.1f%%, %d below 95%%, %d admitting nothing, %d windows over, %.1f s measured",
+		m.AdmittedPct, FormatRate(float64(m.Keys)), FormatRate(m.Rate), m.WorstKey, m.WorstPct, m.Below95, m.Idle, m.WindowsOver, m.Seconds)
 	if m.Errors > 0 {
 		s += fmt.Sprintf(", %d failed calls", m.Errors)
 	}

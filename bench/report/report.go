@@ -156,6 +156,7 @@ type ManyKeysResult struct {
 	AdmittedPct float64 `json:"admitted_pct"` // Events as % of Keys*Rate over Seconds
 	WorstKey    string  `json:"worst_key"`    // the key that admitted the least
 	WorstPct    float64 `json:"worst_key_admitted_pct"`
+	Below95     int     `json:"keys_below_95_pct"`      // keys that admitted less than 95% of their rate
 	Idle        int     `json:"keys_admitting_nothing"` // in the steady interval
 	WindowsOver int     `json:"windows_over"`           // window lengths over the bound, summed over keys
 
