@@ -204,15 +204,9 @@ func (c *Client) WaitAll(ctx context.Context, wants ...Want) error {
 		if err != nil {
 			return fmt.Errorf("client: %s: %w", what, err)
 		}
-		if d := time.Until(r.At); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				c.b.Forfeit(r)
-				return fmt.Errorf("client: %s: %w", what, ctx.Err())
-			}
+		if err := sleepUntil(ctx, r.At); err != nil {
+			c.b.Forfeit(r)
+			return fmt.Errorf("client: %s: %w", what, err)
 		}
 		// A refusal may have paused a key while this caller slept: its
 		// slot then goes unused, and ReserveAll holds it until the pause
@@ -241,9 +235,14 @@ func (c *Client) Remaining(ctx context.Context, key string) (raftpace.Remaining,
 	return r, nil
 }
 
-// sleepUntil sleeps until t, or until ctx ends (its error).
+// sleepUntil sleeps until t (not at all when it has passed), or until ctx
+// ends (its error).
 func sleepUntil(ctx context.Context, t time.Time) error {
-	timer := time.NewTimer(time.Until(t))
+	d := time.Until(t)
+	if d <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C:

@@ -45,6 +45,9 @@ func (p Period) String() string {
 
 func (p Period) valid() bool { return p >= PerMinute && p <= PerMonth }
 
+// periodRule is what a period must be, for every message that refuses one.
+const periodRule = "must be minute, hour, day or month"
+
 // ParsePeriod reads "minute", "hour", "day" or "month".
 func ParsePeriod(s string) (Period, error) {
 	for p := PerMinute; p <= PerMonth; p++ {
@@ -52,7 +55,7 @@ func ParsePeriod(s string) (Period, error) {
 			return p, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: period %q: must be minute, hour, day or month", ErrInvalidLimit, s)
+	return 0, fmt.Errorf("%w: period %q: %s", ErrInvalidLimit, s, periodRule)
 }
 
 // ParseQuota reads a quota written "N/PERIOD" ("100000/day"), the form
@@ -68,7 +71,7 @@ func ParseQuota(s string) (int64, Period, error) {
 	}
 	p, err := ParsePeriod(per)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: quota %q: %s", ErrInvalidLimit, s, strings.TrimPrefix(err.Error(), ErrInvalidLimit.Error()+": "))
+		return 0, 0, fmt.Errorf("%w: quota %q: period %q: %s", ErrInvalidLimit, s, per, periodRule)
 	}
 	return count, p, nil
 }
@@ -110,7 +113,7 @@ func (l Limit) ExplainQuota(field string) []string {
 	case l.Quota < 1 || l.Quota > MaxQuota:
 		return []string{fmt.Sprintf("%s %d: must be in [1, %d] (MaxQuota)", field, l.Quota, int64(MaxQuota))}
 	case !l.Per.valid():
-		return []string{fmt.Sprintf("%s period %s: must be minute, hour, day or month", field, l.Per)}
+		return []string{fmt.Sprintf("%s period %s: %s", field, l.Per, periodRule)}
 	}
 	return nil
 }
@@ -149,7 +152,7 @@ func (c QuotaCount) Validate() error {
 		return nil
 	}
 	if !c.Per.valid() {
-		return fmt.Errorf("%w: Per %s: must be minute, hour, day or month", ErrInvalidLimit, c.Per)
+		return fmt.Errorf("%w: Per %s: %s", ErrInvalidLimit, c.Per, periodRule)
 	}
 	if c.Count < 0 || c.Count > MaxQuota {
 		return fmt.Errorf("%w: Count %d: must be in [0, %d] (MaxQuota)", ErrInvalidLimit, c.Count, int64(MaxQuota))

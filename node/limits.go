@@ -81,11 +81,11 @@ func (n *Node) IsLeader() bool { return n.pacer.IsLeading() }
 func (n *Node) Remaining(ctx context.Context, key string) (r raftpace.Remaining, err error) {
 	req, what := wire.RemainingReq{Key: key}.Encode(), "remaining "+key
 	err = n.untilDone(ctx, what, func() (err error) {
-		raw := n.pacer.ServeRemaining(req) // "not leader" unless it leads
-		if !n.leading() {
-			if raw, err = n.callLeader(ctx, what, wire.MethodRemaining, req); err != nil {
-				return err
-			}
+		var raw []byte
+		if n.leading() {
+			raw = n.pacer.ServeRemaining(req)
+		} else if raw, err = n.callLeader(ctx, what, wire.MethodRemaining, req); err != nil {
+			return err
 		}
 		resp, err := wire.DecodeRemainingResp(raw, key)
 		if err != nil {

@@ -135,11 +135,11 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp Checkpoint) error {
 			qk, qq, qp = append(qk, k), append(qq, l.Quota), append(qp, int16(l.Per))
 		}
 	}
-	ck2 := sortedKeys(cp.Quotas) // sorted, like horizons
-	cp2, cw2, cc2 := make([]int16, len(ck2)), make([]int64, len(ck2)), make([]int64, len(ck2))
-	for i, k := range ck2 {
+	nk := sortedKeys(cp.Quotas) // the committed counts; sorted, like horizons
+	nper, nwin, ncount := make([]int16, len(nk)), make([]int64, len(nk)), make([]int64, len(nk))
+	for i, k := range nk {
 		c := cp.Quotas[k]
-		cp2[i], cw2[i], cc2[i] = int16(c.Per), c.Window, c.Count
+		nper[i], nwin[i], ncount[i] = int16(c.Per), c.Window, c.Count
 	}
 	mi := make([]string, len(cp.Members))
 	ma := make([]string, len(cp.Members))
@@ -178,7 +178,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp Checkpoint) error {
 		b.Queue(s.q.deleteQuotas, cl)
 		b.Queue(s.q.insertQuotas, cl, qk, qq, qp)
 		b.Queue(s.q.pruneQuotaCounts, cl)
-		b.Queue(s.q.upsertQuotaCounts, cl, ck2, cp2, cw2, cc2)
+		b.Queue(s.q.upsertQuotaCounts, cl, nk, nper, nwin, ncount)
 		b.Queue(s.q.deleteMembers, cl)
 		b.Queue(s.q.insertMembers, cl, mi, ma, mf)
 		b.Queue(s.q.pruneHorizons, cl, hk)

@@ -63,7 +63,6 @@ func (p *Pacer) ReserveAll(ctx context.Context, done <-chan struct{}, wants []ra
 		}
 		var ch <-chan struct{} // a key's horizon or quota falls short: wait for it
 		var until int64        // a key's slot lies in its quota's next window
-		wallNow := p.Wall()
 		for i := range g {
 			ks := g[i].ks
 			if g[i].tat-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
@@ -71,12 +70,14 @@ func (p *Pacer) ReserveAll(ctx context.Context, done <-chan struct{}, wants []ra
 				return 0, 0, &raftpace.LimitExceededError{Key: g[i].want.Key, Wait: wait, MaxWait: maxWait}
 			}
 			ks.demand = now
-			u, short, err := p.quotaCheck(g[i].want.Key, ks, now, wallNow, at, int64(g[i].want.Count))
+			end, short, err := p.quotaCheck(g[i].want.Key, ks, now, at, int64(g[i].want.Count))
 			if err != nil {
 				p.mu.Unlock()
 				return 0, 0, err
 			}
-			until = max(until, u)
+			if end > 0 && at >= end {
+				until = max(until, end)
+			}
 			if g[i].tat > ks.horizon {
 				ks.need = max(ks.need, g[i].tat)
 			}

@@ -232,23 +232,22 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 		if fit := (ks.horizon - tatp) / T; fit < n {
 			n = fit
 		}
-		wallNow := p.Wall()
-		until, _, err := p.quotaCheck(key, ks, now, wallNow, now+first, 1)
+		end, _, err := p.quotaCheck(key, ks, now, now+first, 1)
 		if err != nil {
 			p.mu.Unlock()
 			return wire.Lease{}, err
 		}
-		if until > 0 {
-			if err := p.awaitWindow(until, key, h, ctx, done); err != nil {
+		if end > 0 && now+first >= end {
+			if err := p.awaitWindow(end, key, h, ctx, done); err != nil {
 				return wire.Lease{}, err
 			}
 			continue
 		}
-		if q := ks.q; q != nil {
+		if q := ks.q; end > 0 {
 			// Under the committed count, and every slot in the window.
 			n = min(n, q.committed-q.used)
 			if n > 0 {
-				n = min(n, 1+(int64(q.end.Sub(wallNow))-1-base)/T)
+				n = min(n, 1+(end-now-1-base)/T)
 			}
 		}
 		// Every slot must be paced at this F: cut the lease where the

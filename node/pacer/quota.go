@@ -40,11 +40,6 @@ func (p *Pacer) quotaBatch(ks *keyState) int64 {
 	return max(1, b)
 }
 
-// wallAt converts a time on the pacer's clock to the wall clock.
-func (p *Pacer) wallAt(now int64, wallNow time.Time, t int64) time.Time {
-	return wallNow.Add(time.Duration(t - now))
-}
-
 // quotaLocked returns key's count for the window holding wall, loading it
 // from the committed count when the window (or the limit's period) is new
 // to this leader; nil when its limit has no quota. p.mu is held.
@@ -76,27 +71,29 @@ func (p *Pacer) quotaLocked(key string, ks *keyState, wall time.Time) *quota {
 	return q
 }
 
-// quotaCheck is a grant's look at key's quota: count events at wall
-// instant at. It refuses a spent quota (the reset in the error), returns
-// the pacer-clock time to wait until when the instant lies in a later
-// window than now's (0 otherwise), and reports whether the committed
-// count is short (the caller waits for an extension: q.need is set).
-func (p *Pacer) quotaCheck(key string, ks *keyState, now int64, wallNow time.Time, at int64, count int64) (until int64, short bool, err error) {
-	q := p.quotaLocked(key, ks, wallNow)
-	if q == nil {
+// quotaCheck is a grant's look at key's quota: count events at instant
+// at (the pacer's clock). It reads the wall clock only for a key with a
+// quota, and returns its window's end on the pacer's clock (0: no quota);
+// a grant at or past it waits for the next window (awaitWindow). It
+// refuses a spent quota (the reset in the error) and reports whether the
+// committed count is short (the caller waits for an extension: q.need is
+// set).
+func (p *Pacer) quotaCheck(key string, ks *keyState, now, at, count int64) (end int64, short bool, err error) {
+	if ks.limit.Quota == 0 {
+		ks.q = nil // a quota removed: nothing left to count
 		return 0, false, nil
 	}
+	wallNow := p.Wall()
+	q := p.quotaLocked(key, ks, wallNow)
 	if q.used+count > ks.limit.Quota {
 		return 0, false, &raftpace.QuotaExhaustedError{Key: key, Quota: ks.limit.Quota, Per: q.per.String(), Reset: q.end}
 	}
-	if !p.wallAt(now, wallNow, at).Before(q.end) {
-		return now + int64(q.end.Sub(wallNow)), false, nil
-	}
-	if q.used+count > q.committed {
+	end = now + int64(q.end.Sub(wallNow))
+	if at < end && q.used+count > q.committed {
 		q.need = max(q.need, q.used+count)
-		return 0, true, nil
+		return end, true, nil
 	}
-	return 0, false, nil
+	return end, false, nil
 }
 
 // spend counts a grant of count events against key's quota (checked).

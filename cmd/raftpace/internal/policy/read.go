@@ -72,7 +72,8 @@ func Read(path string) (File, error) {
 			errs = append(errs, fmt.Errorf("%s: limits: %s", path, strings.TrimPrefix(err.Error(), "fsm: ")))
 			continue
 		}
-		problems := append(l.Limit().Explain("rate", "burst"), l.Limit().ExplainQuota("quota")...)
+		lim := l.Limit()
+		problems := append(lim.Explain("rate", "burst"), lim.ExplainQuota("quota")...)
 		if _, _, err := fsm.ParseQuota(l.Quota); l.Quota != "" && err != nil {
 			problems = append(problems, strings.TrimPrefix(err.Error(), "invalid limit: "))
 		}
