@@ -95,9 +95,9 @@ func (p *Pacer) ReserveAll(ctx context.Context, done <-chan struct{}, wants []ra
 			for i := range g {
 				ks := g[i].ks
 				ks.tat = g[i].tat
-				p.spend(ks, int64(g[i].want.Count))
-				if ks.horizon-ks.tat < p.ahead/2 {
-					p.Kick()
+				p.spend(g[i].want.Key, ks, int64(g[i].want.Count))
+				if ks.horizon-ks.tat < p.lookAhead(ks)/2 {
+					p.kickKey(g[i].want.Key)
 				}
 			}
 			p.mu.Unlock()
@@ -105,6 +105,9 @@ func (p *Pacer) ReserveAll(ctx context.Context, done <-chan struct{}, wants []ra
 				p.Granted(w.Key, w.Count)
 			}
 			return wait, time.Duration(now - h.entry), nil
+		}
+		for i := range g {
+			p.due[g[i].want.Key] = struct{}{}
 		}
 		p.mu.Unlock()
 		p.Kick()

@@ -261,14 +261,14 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 		ks.demand = now
 		if n >= 1 {
 			ks.tat = tatp + n*T
-			p.spend(ks, n)
+			p.spend(key, ks, n)
 			l := wire.Lease{Base: base, Spacing: T, Count: int(n), Held: now - h.entry}
 			if ks.held == nil {
 				ks.held = make(map[string]int64)
 			}
 			ks.held[holder] = now + l.Slot(l.Count-1)
-			if ks.horizon-ks.tat < p.ahead/2 {
-				p.Kick()
+			if ks.horizon-ks.tat < p.lookAhead(ks)/2 {
+				p.kickKey(key)
 			}
 			p.mu.Unlock()
 			p.Granted(key, l.Count)
@@ -278,8 +278,8 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 			ks.need = tatp + T
 		}
 		ch := ks.changed
+		p.kickKey(key)
 		p.mu.Unlock()
-		p.Kick()
 		if err := p.wait(h.horizon, ch, ctx, done, key, "its horizon", wire.ErrRetry); err != nil {
 			return wire.Lease{}, err
 		}

@@ -39,13 +39,22 @@ func (ext *Extension) Commands() []fsm.Command {
 // taken before the entry is proposed, so the leader's own horizon is the
 // earliest any node computes for the entry.
 //
-// It also forgets idle keys: a key without a request for IdleAfter whose
-// TAT has passed leaves the pacer, and, when the state holds a horizon for
-// it, gets an entry with Ahead 0, which removes that horizon everywhere.
-// That is safe by the rule every entry keeps: every slot ever granted for
-// the key is before its TAT, so before now, the moment the entry is
-// measured from; a later leader starts the key at its own now, which is
-// later still.
+// It looks at every key at most once per fullScanEvery, and in between
+// only at the keys a grant or a waiting request marked due (kickKey). A
+// scan of every key under the pacer's lock at every kick was a fifth of
+// the leader's CPU at 10,000 slow keys (perf, `raftpace bench --only keys
+// --keys 10000`), and every grant waited behind it. A key that needs an
+// extension without a request marking it (an active key whose horizon
+// nears as time passes) is found by the full scan, which runs as often as
+// the extender's tick: HorizonAhead/4, half the margin such a key has.
+//
+// The full scan also forgets idle keys: a key without a request for
+// IdleAfter whose TAT has passed leaves the pacer, and, when the state
+// holds a horizon for it, gets an entry with Ahead 0, which removes that
+// horizon everywhere. That is safe by the rule every entry keeps: every
+// slot ever granted for the key is before its TAT, so before now, the
+// moment the entry is measured from; a later leader starts the key at its
+// own now, which is later still.
 func (p *Pacer) Collect() (Extension, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -55,48 +64,88 @@ func (p *Pacer) Collect() (Extension, bool) {
 	now := p.now()
 	wallNow := p.Wall()
 	ext := Extension{gen: p.gen, targets: make(map[string]int64)}
-	for key, ks := range p.keys {
-		if len(ext.Cmd.Entries) == maxExtendBatch || len(ext.Quotas.Entries) == maxExtendBatch {
-			break
-		}
-		if now-ks.seen > int64(p.IdleAfter) && ks.tat <= now && ks.need <= ks.horizon {
-			delete(p.keys, key)
-			if _, ok := p.tracked(key); ok {
-				ext.Cmd.Entries = append(ext.Cmd.Entries, fsm.HorizonEntry{Key: key})
+	full := now-p.scanned >= p.fullScanEvery()
+	if full {
+		complete := true
+		for key, ks := range p.keys {
+			if ext.full() {
+				complete = false
+				break
 			}
-			continue
+			if now-ks.seen > int64(p.IdleAfter) && ks.tat <= now && ks.need <= ks.horizon {
+				delete(p.keys, key)
+				if _, ok := p.tracked(key); ok {
+					ext.Cmd.Entries = append(ext.Cmd.Entries, fsm.HorizonEntry{Key: key})
+				}
+				continue
+			}
+			p.collectKey(&ext, key, ks, now, wallNow)
 		}
-		if !ks.hasLimit {
-			continue
+		if complete {
+			// Every key was looked at: the due ones too.
+			p.scanned = now
+			clear(p.due)
 		}
-		base := max(now, ks.tat)
-		waiting := ks.need > ks.horizon
-		active := now-ks.demand < 2*p.ahead && ks.demand != 0
-		if e, ok := p.quotaEntry(key, ks, wallNow, active); ok {
-			ext.Quotas.Entries = append(ext.Quotas.Entries, e)
+		ext.Quotas.Entries = append(ext.Quotas.Entries, p.endedQuotas(now, wallNow, maxExtendBatch-len(ext.Quotas.Entries))...)
+	} else {
+		for key := range p.due {
+			if ext.full() {
+				break
+			}
+			delete(p.due, key)
+			if ks := p.keys[key]; ks != nil {
+				p.collectKey(&ext, key, ks, now, wallNow)
+			}
 		}
-		if !waiting && !(active && ks.horizon-base < p.ahead/2) {
-			continue
-		}
-		target := max(base, ks.need) + p.ahead
-		target = max(target, ks.horizon)
-		ahead := target - now
-		if ahead > int64(fsm.MaxHorizonAhead) {
-			ahead = int64(fsm.MaxHorizonAhead)
-			target = now + ahead
-		}
-		if ahead <= 0 {
-			continue
-		}
-		ext.Cmd.Entries = append(ext.Cmd.Entries, fsm.HorizonEntry{Key: key, Ahead: time.Duration(ahead)})
-		ext.targets[key] = target
 	}
 	// Map order is random; one order makes the entry's bytes depend only
 	// on what it says.
-	ext.Quotas.Entries = append(ext.Quotas.Entries, p.endedQuotas(now, wallNow, maxExtendBatch-len(ext.Quotas.Entries))...)
 	sort.Slice(ext.Cmd.Entries, func(i, j int) bool { return ext.Cmd.Entries[i].Key < ext.Cmd.Entries[j].Key })
 	sort.Slice(ext.Quotas.Entries, func(i, j int) bool { return ext.Quotas.Entries[i].Key < ext.Quotas.Entries[j].Key })
 	return ext, len(ext.Cmd.Entries) > 0 || len(ext.Quotas.Entries) > 0
+}
+
+// full reports whether one of the extension's commands has as many
+// entries as one carries.
+func (ext *Extension) full() bool {
+	return len(ext.Cmd.Entries) == maxExtendBatch || len(ext.Quotas.Entries) == maxExtendBatch
+}
+
+// fullScanEvery is how often Collect looks at every key: the extender's
+// tick (node's extendLoop).
+func (p *Pacer) fullScanEvery() int64 { return max(p.ahead/4, int64(5*time.Millisecond)) }
+
+// lookAhead is how far past a key's cursor its horizon is kept.
+func (p *Pacer) lookAhead(ks *keyState) int64 { return p.ahead }
+
+// collectKey adds key's entries to ext, if it needs any: a quota count
+// ahead of use, a horizon a request waits on or an active key's horizon
+// less than half the look-ahead away. p.mu is held.
+func (p *Pacer) collectKey(ext *Extension, key string, ks *keyState, now int64, wallNow time.Time) {
+	if !ks.hasLimit {
+		return
+	}
+	base := max(now, ks.tat)
+	waiting := ks.need > ks.horizon
+	active := now-ks.demand < 2*p.ahead && ks.demand != 0
+	if e, ok := p.quotaEntry(key, ks, wallNow, active); ok {
+		ext.Quotas.Entries = append(ext.Quotas.Entries, e)
+	}
+	if !waiting && !(active && ks.horizon-base < p.lookAhead(ks)/2) {
+		return
+	}
+	target := max(base, ks.need) + p.lookAhead(ks)
+	target = max(target, ks.horizon)
+	ahead := target - now
+	if ahead > int64(fsm.MaxHorizonAhead) {
+		ahead = int64(fsm.MaxHorizonAhead)
+		target = now + ahead
+	}
+	if ahead <= 0 {
+		return
+	}
+	ext.Cmd.Entries = append(ext.Cmd.Entries, fsm.HorizonEntry{Key: key, Ahead: time.Duration(ahead)})
+	ext.targets[key] = target
 }
 
 // Cursors returns, for a leader about to hand over (it has stopped

@@ -12,6 +12,7 @@
 package pacer
 
 import (
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +58,10 @@ type Pacer struct {
 	gen     uint64 // bumped at every leadership change; stale work is dropped
 	keys    map[string]*keyState
 	kicks   chan struct{}
+	// due are the keys a grant or a waiting request marked for the next
+	// Collect (kickKey); scanned is when Collect last looked at every key.
+	due     map[string]struct{}
+	scanned int64
 }
 
 type keyState struct {
@@ -92,6 +97,8 @@ func New(now func() int64, ahead, span time.Duration, tracked func(string) (int6
 		IdleAfter: DefaultIdleAfter,
 		keys:      make(map[string]*keyState),
 		kicks:     make(chan struct{}, 1),
+		due:       make(map[string]struct{}),
+		scanned:   math.MinInt64 / 2,
 		Granted:   func(string, int) {},
 		Wall:      time.Now,
 	}
@@ -105,6 +112,13 @@ func (p *Pacer) Kick() {
 	case p.kicks <- struct{}{}:
 	default:
 	}
+}
+
+// kickKey marks key for the next Collect and kicks the extender; p.mu is
+// held.
+func (p *Pacer) kickKey(key string) {
+	p.due[key] = struct{}{}
+	p.Kick()
 }
 
 // wake releases every waiter so it re-reads the state.
@@ -215,6 +229,7 @@ func (p *Pacer) Lead(gen uint64) bool {
 		ks.q = nil // read again from the committed count
 	}
 	p.leading = true
+	p.scanned = math.MinInt64 / 2 // every key needs this leader's extension
 	p.Kick()
 	return true
 }

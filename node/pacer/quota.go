@@ -97,11 +97,11 @@ func (p *Pacer) quotaCheck(key string, ks *keyState, now, at, count int64) (end 
 }
 
 // spend counts a grant of count events against key's quota (checked).
-func (p *Pacer) spend(ks *keyState, count int64) {
+func (p *Pacer) spend(key string, ks *keyState, count int64) {
 	if q := ks.q; q != nil {
 		q.used += count
 		if q.committed-q.used < p.quotaBatch(ks)/2 && q.committed < ks.limit.Quota {
-			p.Kick()
+			p.kickKey(key)
 		}
 	}
 }
