@@ -83,6 +83,38 @@ func TestCollect_MarkedKeysAtOnceTheRestAtTheNextFullScan(t *testing.T) {
 	}
 }
 
+// A slow key's leases do not wait for its horizon: the extension a grant
+// asks for already covers the next grant's claim (lookAhead). With the
+// look-ahead alone, a key at 1/s claims a second past its cursor, the
+// horizon reached a second past it, and every lease but the first waited
+// for a raft commit.
+func TestLease_SlowKeyNeverWaitsForItsHorizon(t *testing.T) {
+	for _, rate := range []float64{0.2, 1, 5} {
+		var clock int64 = 1e12
+		p := manyKeysPacer(t, 1, fsm.Limit{Rate: rate, Burst: 1}, &clock)
+		cancelled, cancel := context.WithCancel(context.Background())
+		cancel()
+		interval := int64(time.Duration(float64(time.Second) / rate))
+		// Three holders in turn, each asking again when its slot comes,
+		// the extender committing whatever a grant asks for (as the node
+		// does on a kick).
+		for i := 0; i < 30; i++ {
+			l, err := p.Lease(cancelled, nil, "k0", fmt.Sprint("n", i%3), 1, time.Minute)
+			if err != nil {
+				t.Fatalf("%v/s, lease %d: %v (it would have waited for a horizon)", rate, i, err)
+			}
+			for {
+				ext, ok := p.Collect()
+				if !ok {
+					break
+				}
+				p.Committed(ext)
+			}
+			clock += max(0, l.Base-interval) // the holders keep a queue about one slot deep
+		}
+	}
+}
+
 // BenchmarkCollect is the extender's look for extensions at 10,000 keys
 // with one key marked: "marked" is what a kick costs now, "every-key" what
 // it cost when every Collect looked at every key (under the pacer's lock,
