@@ -137,6 +137,7 @@ func (r *runner) manyKeys(n int) step {
 			return "", err
 		}
 		res := analyzeManyKeys(events, keys, lim, reps)
+		res.AgentSharePct = agentShares(events, c.agents)
 		if cerr == nil && cerr2 == nil && len(events) > 0 {
 			// Every agent's CPU over the run, start-up and registration
 			// included, per event admitted: what a slow key costs.
@@ -226,6 +227,23 @@ func analyzeManyKeys(events []timeline.Event, keys []string, lim client.Limit, r
 		res.AdmittedPct = 100 * float64(res.Events) / want
 	}
 	return res
+}
+
+// agentShares is each agent's share of events, in %, in c.agents' order:
+// whether the cluster serves every member's callers of slow keys, or the
+// leader's first (the leader's callers wait for no network).
+func agentShares(events []timeline.Event, agents []*agentProc) []float64 {
+	by := make(map[string]int, len(agents))
+	for _, e := range events {
+		by[e.Node]++
+	}
+	out := make([]float64, len(agents))
+	for i, a := range agents {
+		if len(events) > 0 {
+			out[i] = 100 * float64(by[a.id]) / float64(len(events))
+		}
+	}
+	return out
 }
 
 // agentsCPU is the user+system CPU time the cluster's agents have used.

@@ -107,6 +107,16 @@ func (m *ManyKeysResult) Summary() string {
 	if m.CPUPerEventUs > 0 {
 		s += fmt.Sprintf(", agents' CPU %.0f us per event", m.CPUPerEventUs)
 	}
+	if len(m.AgentSharePct) > 0 {
+		s += ", events per agent"
+		for i, pct := range m.AgentSharePct {
+			sep := " "
+			if i > 0 {
+				sep = " / "
+			}
+			s += fmt.Sprintf("%s%.1f%%", sep, pct)
+		}
+	}
 	return s
 }
 

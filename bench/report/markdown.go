@@ -240,7 +240,7 @@ func (r *Report) manyKeysTable(b *strings.Builder) {
 		how = ", limits by one template"
 	}
 	fmt.Fprintf(b, "## Many slow keys (%s/s, burst %d%s, one worker per key per agent, %d agents)\n\n", FormatRate(m.Rate), m.Burst, how, m.Processes)
-	b.WriteString("| keys | admitted (aggregate) | worst key | keys below 95% | keys admitting nothing | windows over | agents' CPU per event |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| keys | admitted (aggregate) | worst key | keys below 95% | keys admitting nothing | windows over | agents' CPU per event | events per agent |\n|---|---|---|---|---|---|---|---|\n")
 	var secs []string
 	for _, m := range rows {
 		over := strconv.Itoa(m.WindowsOver)
@@ -255,7 +255,11 @@ func (r *Report) manyKeysTable(b *strings.Builder) {
 		if m.CPUPerEventUs > 0 {
 			cpu = fmt.Sprintf("%.0f us", m.CPUPerEventUs)
 		}
-		fmt.Fprintf(b, "| %s | %.1f%% | %.1f%% (%s) | %d | %s | %s | %s |\n", FormatRate(float64(m.Keys)), m.AdmittedPct, m.WorstPct, m.WorstKey, m.Below95, idle, over, cpu)
+		shares := make([]string, len(m.AgentSharePct))
+		for i, pct := range m.AgentSharePct {
+			shares[i] = fmt.Sprintf("%.1f%%", pct)
+		}
+		fmt.Fprintf(b, "| %s | %.1f%% | %.1f%% (%s) | %d | %s | %s | %s | %s |\n", FormatRate(float64(m.Keys)), m.AdmittedPct, m.WorstPct, m.WorstKey, m.Below95, idle, over, cpu, strings.Join(shares, " / "))
 		secs = append(secs, fmt.Sprintf("%.1f s at %s keys", m.Seconds, FormatRate(float64(m.Keys))))
 	}
 	fmt.Fprintf(b, "\nSteady interval measured, each key over its own (the shortest): %s.\n\n", strings.Join(secs, ", "))

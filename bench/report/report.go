@@ -160,6 +160,11 @@ type ManyKeysResult struct {
 	Idle        int     `json:"keys_admitting_nothing"` // in the steady interval
 	WindowsOver int     `json:"windows_over"`           // window lengths over the bound, summed over keys
 
+	// AgentSharePct is each agent's share of all the events, in %, in
+	// the agents' order: with one worker per key on each agent, a fair
+	// cluster gives each about 100/agents.
+	AgentSharePct []float64 `json:"agent_share_pct,omitempty"`
+
 	Forfeited uint64 `json:"forfeited"`
 	Errors    uint64 `json:"errors"`
 	// CPUPerEventUs is the agents' CPU time (all of them, the whole run)

@@ -163,14 +163,14 @@ func TestReport_MarkdownManyKeys(t *testing.T) {
 	// Added out of key count order on purpose; the 1,000-key run starved
 	// keys and went over.
 	r.ManyKeys = []*ManyKeysResult{
-		{Keys: 1000, Rate: 2, Burst: 1, Processes: 3, Seconds: 9.2, AdmittedPct: 97.25, WorstKey: "k917", WorstPct: 0, Below95: 40, Idle: 12, WindowsOver: 3, CPUPerEventUs: 141.4},
+		{Keys: 1000, Rate: 2, Burst: 1, Processes: 3, Seconds: 9.2, AdmittedPct: 97.25, WorstKey: "k917", WorstPct: 0, Below95: 40, Idle: 12, WindowsOver: 3, CPUPerEventUs: 141.4, AgentSharePct: []float64{96.04, 2.01, 1.95}},
 		{Keys: 10, Rate: 2, Burst: 1, Processes: 3, Seconds: 13.8, AdmittedPct: 99.6, WorstKey: "k3", WorstPct: 96.4},
 	}
 	md := r.Markdown()
 	containsAll(t, md,
 		"## Many slow keys (2/s, burst 1, one worker per key per agent, 3 agents)",
-		"| keys | admitted (aggregate) | worst key | keys below 95% | keys admitting nothing | windows over | agents' CPU per event |\n|---|---|---|---|---|---|---|\n",
-		"| 10 | 99.6% | 96.4% (k3) | 0 | 0 | 0 | - |\n| 1,000 | 97.2% | 0.0% (k917) | 40 | **12** | **3** | 141 us |\n",
+		"| keys | admitted (aggregate) | worst key | keys below 95% | keys admitting nothing | windows over | agents' CPU per event | events per agent |\n|---|---|---|---|---|---|---|---|\n",
+		"| 10 | 99.6% | 96.4% (k3) | 0 | 0 | 0 | - |  |\n| 1,000 | 97.2% | 0.0% (k917) | 40 | **12** | **3** | 141 us | 96.0% / 2.0% / 1.9% |\n",
 		"Steady interval measured, each key over its own (the shortest): 13.8 s at 10 keys, 9.2 s at 1,000 keys.",
 	)
 	// After the ceiling tables, before the targets.
