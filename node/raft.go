@@ -138,7 +138,7 @@ func (n *Node) becomeLeader(gen uint64) {
 // horizonWrites, so entries never race each other.
 func (n *Node) extendLoop() {
 	defer n.wg.Done()
-	loop.Every(n.ctx, max(n.cfg.HorizonAhead/4, 5*time.Millisecond), n.pacer.Kicks(), func() bool {
+	loop.Every(n.ctx, n.pacer.ExtendEvery(), n.pacer.Kicks(), func() bool {
 		for n.extendOnce() {
 		}
 		return true

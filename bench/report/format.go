@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/raftpace/raftpace/bench/load"
@@ -108,16 +109,18 @@ func (m *ManyKeysResult) Summary() string {
 		s += fmt.Sprintf(", agents' CPU %.0f us per event", m.CPUPerEventUs)
 	}
 	if len(m.AgentSharePct) > 0 {
-		s += ", events per agent"
-		for i, pct := range m.AgentSharePct {
-			sep := " "
-			if i > 0 {
-				sep = " / "
-			}
-			s += fmt.Sprintf("%s%.1f%%", sep, pct)
-		}
+		s += ", events per agent " + m.agentShares()
 	}
 	return s
+}
+
+// agentShares is AgentSharePct as "96.0% / 2.0% / 1.9%".
+func (m *ManyKeysResult) agentShares() string {
+	parts := make([]string, len(m.AgentSharePct))
+	for i, pct := range m.AgentSharePct {
+		parts[i] = fmt.Sprintf("%.1f%%", pct)
+	}
+	return strings.Join(parts, " / ")
 }
 
 func (w *WideKeysResult) Summary() string {

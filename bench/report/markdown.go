@@ -255,11 +255,7 @@ func (r *Report) manyKeysTable(b *strings.Builder) {
 		if m.CPUPerEventUs > 0 {
 			cpu = fmt.Sprintf("%.0f us", m.CPUPerEventUs)
 		}
-		shares := make([]string, len(m.AgentSharePct))
-		for i, pct := range m.AgentSharePct {
-			shares[i] = fmt.Sprintf("%.1f%%", pct)
-		}
-		fmt.Fprintf(b, "| %s | %.1f%% | %.1f%% (%s) | %d | %s | %s | %s | %s |\n", FormatRate(float64(m.Keys)), m.AdmittedPct, m.WorstPct, m.WorstKey, m.Below95, idle, over, cpu, strings.Join(shares, " / "))
+		fmt.Fprintf(b, "| %s | %.1f%% | %.1f%% (%s) | %d | %s | %s | %s | %s |\n", FormatRate(float64(m.Keys)), m.AdmittedPct, m.WorstPct, m.WorstKey, m.Below95, idle, over, cpu, m.agentShares())
 		secs = append(secs, fmt.Sprintf("%.1f s at %s keys", m.Seconds, FormatRate(float64(m.Keys))))
 	}
 	fmt.Fprintf(b, "\nSteady interval measured, each key over its own (the shortest): %s.\n\n", strings.Join(secs, ", "))

@@ -107,10 +107,9 @@ func (p *Pacer) ReserveAll(ctx context.Context, done <-chan struct{}, wants []ra
 			return wait, time.Duration(now - h.entry), nil
 		}
 		for i := range g {
-			p.due[g[i].want.Key] = struct{}{}
+			p.kickKey(g[i].want.Key)
 		}
 		p.mu.Unlock()
-		p.Kick()
 		if err := p.wait(h.horizon, ch, ctx, done, g[0].want.Key, "its horizon", wire.ErrRetry); err != nil {
 			return 0, 0, err
 		}

@@ -53,7 +53,7 @@ func entryKeys(ext Extension) map[string]bool {
 // Between two looks at every key, Collect looks only at the keys a grant
 // or a waiting request marked; a key that needs a horizon without being
 // marked (an active key whose horizon nears as time passes) is found by
-// the next full look, at most fullScanEvery later.
+// the next full look, at most ExtendEvery later.
 func TestCollect_MarkedKeysAtOnceTheRestAtTheNextFullScan(t *testing.T) {
 	var clock int64 = 1e12
 	p := manyKeysPacer(t, 100, fsm.Limit{Rate: 1, Burst: 1}, &clock)
@@ -76,7 +76,7 @@ func TestCollect_MarkedKeysAtOnceTheRestAtTheNextFullScan(t *testing.T) {
 		t.Fatalf("between full looks: entries for %v, want only the marked k2", got)
 	}
 	p.Committed(ext)
-	clock += p.fullScanEvery()
+	clock += int64(p.ExtendEvery())
 	ext, _ = p.Collect()
 	if got := entryKeys(ext); !got["k1"] {
 		t.Fatalf("after fullScanEvery: entries for %v, want k1 (its horizon is 100ms away)", got)

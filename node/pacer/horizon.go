@@ -39,7 +39,7 @@ func (ext *Extension) Commands() []fsm.Command {
 // taken before the entry is proposed, so the leader's own horizon is the
 // earliest any node computes for the entry.
 //
-// It looks at every key at most once per fullScanEvery, and in between
+// It looks at every key at most once per ExtendEvery, and in between
 // only at the keys a grant or a waiting request marked due (kickKey). A
 // scan of every key under the pacer's lock at every kick was a fifth of
 // the leader's CPU at 10,000 slow keys (perf, `raftpace bench --only keys
@@ -64,7 +64,7 @@ func (p *Pacer) Collect() (Extension, bool) {
 	now := p.now()
 	wallNow := p.Wall()
 	ext := Extension{gen: p.gen, targets: make(map[string]int64)}
-	full := now-p.scanned >= p.fullScanEvery()
+	full := now-p.scanned >= int64(p.ExtendEvery())
 	if full {
 		complete := true
 		for key, ks := range p.keys {
@@ -111,9 +111,12 @@ func (ext *Extension) full() bool {
 	return len(ext.Cmd.Entries) == maxExtendBatch || len(ext.Quotas.Entries) == maxExtendBatch
 }
 
-// fullScanEvery is how often Collect looks at every key: the extender's
-// tick (node's extendLoop).
-func (p *Pacer) fullScanEvery() int64 { return max(p.ahead/4, int64(5*time.Millisecond)) }
+// ExtendEvery is the extender's tick (node's extendLoop), and how often
+// Collect looks at every key: a quarter of the look-ahead, half the margin
+// an active key has when its horizon needs renewing.
+func (p *Pacer) ExtendEvery() time.Duration {
+	return max(time.Duration(p.ahead)/4, 5*time.Millisecond)
+}
 
 // lookAhead is how far past a key's cursor its horizon is kept: the
 // look-ahead, plus one interval of the key's rate. A grant claims the
