@@ -44,8 +44,14 @@ func (n *Node) newLeases() *lease.Cache {
 
 // fetchLease asks the leader (itself, or over RPC through n.leaseWire) for up to want slots.
 func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait time.Duration) (wire.Lease, error) {
-	l, err := n.pacer.Lease(ctx, n.ctx.Done(), key, n.cfg.NodeID, want, maxWait)
+	l, at, err := n.pacer.LeaseAt(ctx, n.ctx.Done(), key, n.cfg.NodeID, want, maxWait)
 	if !errors.Is(err, wire.ErrNotLeader) {
+		if err == nil {
+			// On one clock, with no network between: stated as it
+			// arrives, a grant's wait for this goroutine (descheduled,
+			// a GC pause) costs none of UseGrace.
+			l = l.Restated(n.now() - at)
+		}
 		return l, err
 	}
 	return n.leaseWire.Send(ctx, key, maxWait, func() (wire.Lease, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node/wire"
+	"github.com/raftpace/raftpace/transport"
 )
 
 // rpcHandler serves one RPC method: the request's bytes in, the answer's
@@ -20,10 +21,16 @@ type rpcHandler func(ctx context.Context, req []byte) ([]byte, error)
 func (n *Node) handlers() map[uint8]rpcHandler {
 	leading := func() bool { return n.raft.State() == raft.Leader }
 	return map[uint8]rpcHandler{
+		// A grant may wait on the leader (for a horizon commit, for its
+		// share to reach its slot, for its turn): it parks, so that a
+		// member waiting on thousands of keys does not stop the
+		// connection its other calls share (transport.Park).
 		wire.MethodReserve: func(ctx context.Context, req []byte) ([]byte, error) {
+			transport.Park(ctx)
 			return n.pacer.ServeReserve(ctx, n.ctx.Done(), req, n.PausedFor), nil
 		},
 		wire.MethodLease: func(ctx context.Context, req []byte) ([]byte, error) {
+			transport.Park(ctx)
 			return n.pacer.ServeLease(ctx, n.ctx.Done(), req, n.PausedFor), nil
 		},
 		wire.MethodRemaining: func(_ context.Context, req []byte) ([]byte, error) {
@@ -37,6 +44,7 @@ func (n *Node) handlers() map[uint8]rpcHandler {
 			return n.gate.Serve(leading(), req), nil
 		},
 		wire.MethodAcquireSlots: func(ctx context.Context, req []byte) ([]byte, error) {
+			transport.Park(ctx) // waits for a free slot, as a grant does
 			return n.slots.ServeAcquire(ctx, leading(), req), nil
 		},
 		wire.MethodReleaseSlots: func(_ context.Context, req []byte) ([]byte, error) {

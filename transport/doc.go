@@ -60,7 +60,9 @@
 // id, so many concurrent Calls share them and responses may arrive in any
 // order. The server runs each request in its own goroutine, at most 256 at
 // once per connection (past that it stops reading, and TCP pushes back), and
-// writes each response as one frame under a per-connection lock.
+// writes each response as one frame under a per-connection lock. A handler
+// about to wait rather than work calls Park: it leaves the 256 for a bound
+// of 16,384 parked requests per connection.
 //
 // # Promises
 //

@@ -23,14 +23,16 @@ type serverConn struct {
 
 // serveRPC reads requests from c until it closes, breaks a rule or idles
 // out, running each in its own goroutine (at most maxInflightPerConn at
-// once). It closes c before returning; handlers still running see their
-// context cancelled and their responses dropped.
+// once, besides those parked: Park). It closes c before returning;
+// handlers still running see their context cancelled and their responses
+// dropped.
 func (t *Transport) serveRPC(c *trackedConn) {
 	ctx, cancel := context.WithCancel(t.ctx)
 	defer cancel()
 	defer c.Close()
 	sc := &serverConn{t: t, c: c}
 	sem := make(chan struct{}, maxInflightPerConn)
+	parked := make(chan struct{}, maxParkedPerConn)
 	br := bufio.NewReaderSize(c.Conn, readBufSize)
 	idle := 2 * t.cfg.IdleTimeout
 	maxLen := t.cfg.MaxFrameSize
@@ -79,10 +81,11 @@ func (t *Transport) serveRPC(c *trackedConn) {
 		sc.inflight.Add(1)
 		// Adding from this goroutine is safe: it is itself counted in wg.
 		t.wg.Add(1)
+		pk := &parker{sem: sem, parked: parked}
 		go func() {
 			defer t.wg.Done()
-			defer func() { sc.inflight.Add(-1); <-sem }()
-			sc.serve(ctx, f)
+			defer func() { sc.inflight.Add(-1); pk.release() }()
+			sc.serve(context.WithValue(ctx, parkKey{}, pk), f)
 		}()
 	}
 }

@@ -181,6 +181,14 @@ func (p *Pacer) Reserve(ctx context.Context, done <-chan struct{}, key string, c
 // under the committed horizon; if not even one slot fits, it waits for the
 // extension.
 func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder string, count int, maxWait time.Duration) (wire.Lease, error) {
+	l, _, err := p.LeaseAt(ctx, done, key, holder, count, maxWait)
+	return l, err
+}
+
+// LeaseAt is Lease, and also says when (on the pacer's clock) the lease
+// was granted, for the caller that restates it when its answer leaves
+// (wire.Lease.Restated).
+func (p *Pacer) LeaseAt(ctx context.Context, done <-chan struct{}, key, holder string, count int, maxWait time.Duration) (wire.Lease, int64, error) {
 	if count < 1 {
 		count = 1
 	}
@@ -189,12 +197,12 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 		p.mu.Lock()
 		if !p.leading {
 			p.mu.Unlock()
-			return wire.Lease{}, wire.ErrNotLeader
+			return wire.Lease{}, 0, wire.ErrNotLeader
 		}
 		ks := p.keyLocked(key)
 		if ks == nil || !ks.hasLimit {
 			p.mu.Unlock()
-			return wire.Lease{}, fmt.Errorf("node: lease %q: %w", key, raftpace.ErrUnknownKey)
+			return wire.Lease{}, 0, fmt.Errorf("node: lease %q: %w", key, raftpace.ErrUnknownKey)
 		}
 		shareCh := p.shareWait() // before F is read: see awaitShare
 		now := p.now()
@@ -208,7 +216,7 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 			// promise): wait for the next renewal instead of having the
 			// caller poll.
 			if err := p.awaitShare(ks, key, now, tatp, maxWait, h, shareCh, ctx, done); err != nil {
-				return wire.Lease{}, err
+				return wire.Lease{}, 0, err
 			}
 			continue
 		}
@@ -217,7 +225,7 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 		first := max(0, base)
 		if time.Duration(first) > maxWait || tatp+T-now > int64(fsm.MaxHorizonAhead)-2*p.ahead {
 			p.mu.Unlock()
-			return wire.Lease{}, &raftpace.LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
+			return wire.Lease{}, 0, &raftpace.LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
 		}
 		// Slots at once (burst left) plus one span at the full rate.
 		limit := int64(1)
@@ -235,11 +243,11 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 		end, _, err := p.quotaCheck(key, ks, now, now+first, 1)
 		if err != nil {
 			p.mu.Unlock()
-			return wire.Lease{}, err
+			return wire.Lease{}, 0, err
 		}
 		if end > 0 && now+first >= end {
 			if err := p.awaitWindow(end, key, h, ctx, done); err != nil {
-				return wire.Lease{}, err
+				return wire.Lease{}, 0, err
 			}
 			continue
 		}
@@ -272,7 +280,7 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 			}
 			p.mu.Unlock()
 			p.Granted(key, l.Count)
-			return l, nil
+			return l, now, nil
 		}
 		if tatp+T > ks.need {
 			ks.need = tatp + T
@@ -281,7 +289,7 @@ func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder str
 		p.kickKey(key)
 		p.mu.Unlock()
 		if err := p.wait(h.horizon, ch, ctx, done, key, "its horizon", wire.ErrRetry); err != nil {
-			return wire.Lease{}, err
+			return wire.Lease{}, 0, err
 		}
 	}
 }

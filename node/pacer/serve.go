@@ -66,7 +66,7 @@ func (p *Pacer) ServeLease(ctx context.Context, done <-chan struct{}, req []byte
 	}
 	ctx, cancel := callerBound(ctx, m.MaxWait)
 	defer cancel()
-	l, err := p.Lease(ctx, done, m.Key, m.Holder, m.Count, m.MaxWait)
+	l, at, err := p.LeaseAt(ctx, done, m.Key, m.Holder, m.Count, m.MaxWait)
 	var qe *raftpace.QuotaExhaustedError
 	if errors.As(err, &qe) {
 		return wire.LeaseResp{Code: wire.CodeQuotaExhausted, Wait: p.untilReset(qe), Msg: wire.ErrMsg(err)}.Encode()
@@ -74,6 +74,11 @@ func (p *Pacer) ServeLease(ctx context.Context, done <-chan struct{}, req []byte
 	var le *raftpace.LimitExceededError
 	if errors.As(err, &le) {
 		return wire.LeaseResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode()
+	}
+	if err == nil {
+		// Stated as it leaves: the asking node counts from the answer's
+		// arrival only the network's part of the delay.
+		l = l.Restated(p.now() - at)
 	}
 	return wire.LeaseResp{Code: wire.CodeFor(err), Lease: l, Msg: wire.ErrMsg(err)}.Encode()
 }

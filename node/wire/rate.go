@@ -380,6 +380,26 @@ type Lease struct {
 // Slot returns slot i's offset from the grant.
 func (l Lease) Slot(i int) int64 { return max(0, l.Base+int64(i)*l.Spacing) }
 
+// Restated returns the lease as stated d after its grant, by the side
+// that granted it (whose clock measured d): its slots d nearer, and d more
+// of holding, so the receiver's window for each slot (placed from the
+// answer's arrival, used by the request's sending plus Held plus the slot
+// plus UseGrace) is measured from when the answer left, not from the
+// grant. A grant that waited after it was made (a goroutine descheduled,
+// a thousand answers woken together, a GC pause) then costs the receiver
+// nothing of its UseGrace.
+//
+// It never moves the statement past the first slot's time (d is cut to
+// Base): Slot clamps a negative offset to "at once" (a burst's slots), so
+// a slot restated past its time would read as due at the restatement and
+// be used by a UseGrace after it, later than it may be used.
+func (l Lease) Restated(d int64) Lease {
+	d = min(max(d, 0), max(l.Base, 0))
+	l.Base -= d
+	l.Held += d
+	return l
+}
+
 // CheckWants reports what is wrong with the wants of one reservation: 1
 // to raftpace.MaxWants keys that may name events, each once, each count
 // at least 1. Every entry point checks them here (a node's caller, the
