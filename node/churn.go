@@ -60,10 +60,10 @@ func (n *Node) Leave(ctx context.Context) error {
 	// this node is still alive in gossip but outside raft would add it back.
 	n.gossip.LeaveGossip()
 	req := wire.RemoveServerReq{ID: n.cfg.NodeID, Busy: busy}
-	err := n.untilDone(ctx, "leave", func() error {
+	err := n.lc.UntilDone(ctx, "leave", func() error {
 		// The busy time runs from now, not from when depart measured it:
 		// sending it later only makes the leader wait longer.
-		_, err := n.indexOnLeader(ctx, "leave", wire.MethodRemoveServer, req.Encode(),
+		_, err := n.lc.IndexOnLeader(ctx, "leave", wire.MethodRemoveServer, req.Encode(),
 			func() (uint64, error) { return n.departed(req) })
 		return err
 	})

@@ -23,9 +23,9 @@ func (n *Node) newGate() *gate.Gate {
 		Pauses:      &n.stats.pauses,
 		Commit:      n.commitNow,
 		Leading:     n.leading,
-		CallLeader:  n.callLeader,
+		CallLeader:  n.lc.Call,
 		LeaderErr:   wire.LeaderErr,
-		UntilDone:   n.untilDone,
+		UntilDone:   n.lc.UntilDone,
 		WaitApplied: n.waitApplied,
 		Sleep:       func(ctx context.Context, d time.Duration) error { return sleepCtx(ctx, n.ctx, d) },
 	})

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/raftpace/raftpace/node/batch"
 	"github.com/raftpace/raftpace/node/lease"
 	"github.com/raftpace/raftpace/node/wire"
+	"github.com/raftpace/raftpace/transport"
 )
 
 // The lease cache lives in package node/lease (its doc says what it
@@ -42,8 +44,9 @@ func (n *Node) newLeases() *lease.Cache {
 	})
 }
 
-// fetchLease asks the leader (itself, or over RPC through n.leaseWire) for up to want slots.
-func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait time.Duration) (wire.Lease, error) {
+// fetchLease asks the leader (itself, or by a message of many requests:
+// package node/batch) for up to want slots.
+func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait time.Duration) (wire.Lease, int64, error) {
 	l, at, err := n.pacer.LeaseAt(ctx, n.ctx.Done(), key, n.cfg.NodeID, want, maxWait)
 	if !errors.Is(err, wire.ErrNotLeader) {
 		if err == nil {
@@ -52,18 +55,25 @@ func (n *Node) fetchLease(ctx context.Context, key string, want int, maxWait tim
 			// a GC pause) costs none of UseGrace.
 			l = l.Restated(n.now() - at)
 		}
-		return l, err
+		return l, 0, err
 	}
-	return n.leaseWire.Send(ctx, key, maxWait, func() (wire.Lease, error) {
-		what := fmt.Sprintf("lease %q", key)
-		var resp wire.LeaseResp
-		err := n.callLeaderWithin(ctx, what, wire.MethodLease, wire.LeaseReq{Key: key, Holder: n.cfg.NodeID, Count: want, MaxWait: maxWait}.Encode(), maxWait, func(raw []byte) (err error) {
-			resp, err = wire.DecodeLeaseResp(raw)
-			return err
-		})
-		if err == nil {
-			err = n.grantErr(what, key, resp.Code, resp.Wait, maxWait, resp.Msg)
+	n.stats.forwarded.Add(1)
+	resp, arrived, err := n.batchClient.Lease(ctx, key, want, maxWait)
+	if err == nil {
+		err = n.grantErr(fmt.Sprintf("lease %q", key), key, resp.Code, resp.Wait, maxWait, resp.Msg)
+	}
+	return resp.Lease, arrived, err
+}
+
+// newBatch builds both sides of the lease batches (package node/batch).
+func (n *Node) newBatch() (*batch.Server, *batch.Client) {
+	srv := batch.NewServer(batch.Grants{Pacer: n.pacer, Paused: n.PausedFor, Now: n.now, Epoch: n.epoch.UnixNano(), Done: n.ctx.Done(), WG: &n.wg})
+	call := func(ctx context.Context, method uint8, req []byte, maxWait time.Duration) ([]byte, string, error) {
+		raw, addr, err := n.lc.Raw(ctx, "lease", method, req, maxWait)
+		if errors.As(err, new(*transport.RemoteError)) {
+			err = fmt.Errorf("%w: %w", batch.ErrNoBatches, err)
 		}
-		return resp.Lease, err
-	})
+		return raw, addr, err
+	}
+	return srv, batch.NewClient(n.cfg.NodeID, call, n.now)
 }

@@ -21,7 +21,7 @@ func (n *Node) SetLimit(ctx context.Context, key string, lim fsm.Limit) error {
 		return fmt.Errorf("node: set limit %q: %w: %w", key, raftpace.ErrInvalidRequest, err)
 	}
 	what := fmt.Sprintf("set limit %q", key)
-	return n.commitOnLeader(ctx, what, wire.MethodSetLimit, wire.SetLimitReq{Key: key, Limit: lim}.Encode(),
+	return n.lc.CommitOnLeader(ctx, what, wire.MethodSetLimit, wire.SetLimitReq{Key: key, Limit: lim}.Encode(),
 		func() (uint64, error) { return n.applyLimit(key, lim) })
 }
 
@@ -80,11 +80,11 @@ func (n *Node) IsLeader() bool { return n.pacer.IsLeading() }
 // since.
 func (n *Node) Remaining(ctx context.Context, key string) (r raftpace.Remaining, err error) {
 	req, what := wire.RemainingReq{Key: key}.Encode(), "remaining "+key
-	err = n.untilDone(ctx, what, func() (err error) {
+	err = n.lc.UntilDone(ctx, what, func() (err error) {
 		var raw []byte
 		if n.leading() {
 			raw = n.pacer.ServeRemaining(req)
-		} else if raw, err = n.callLeader(ctx, what, wire.MethodRemaining, req); err != nil {
+		} else if raw, err = n.lc.Call(ctx, what, wire.MethodRemaining, req); err != nil {
 			return err
 		}
 		resp, err := wire.DecodeRemainingResp(raw, key)

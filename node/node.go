@@ -13,11 +13,12 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
-	"github.com/raftpace/raftpace"
 	"github.com/raftpace/raftpace/fsm"
 	"github.com/raftpace/raftpace/node/apply"
+	"github.com/raftpace/raftpace/node/batch"
 	"github.com/raftpace/raftpace/node/fallback"
 	"github.com/raftpace/raftpace/node/gate"
+	"github.com/raftpace/raftpace/node/leadercall"
 	"github.com/raftpace/raftpace/node/lease"
 	"github.com/raftpace/raftpace/node/pacer"
 	"github.com/raftpace/raftpace/node/pglink"
@@ -39,13 +40,17 @@ type Node struct {
 	log   *slog.Logger
 	epoch time.Time
 
-	state     *fsm.State
-	fsm       *apply.Adapter // the raft.FSM (package node/apply)
-	pacer     *pacer.Pacer
-	leases    *lease.Cache    // the lease cache (package node/lease)
-	leaseWire *lease.InFlight // fetchLease's requests on the wire
-	shares    *shares.Shares
-	fallback  *fallback.Fallback
+	state  *fsm.State
+	fsm    *apply.Adapter // the raft.FSM (package node/apply)
+	pacer  *pacer.Pacer
+	leases *lease.Cache       // the lease cache (package node/lease)
+	lc     *leadercall.Caller // the node's path to its leader
+	// Lease requests of many keys in one message (package node/batch):
+	// the leader's side, and this node's as a member.
+	batchServer *batch.Server
+	batchClient *batch.Client
+	shares      *shares.Shares
+	fallback    *fallback.Fallback
 	// memberWrites serialises the leader's writers of the replicated member
 	// list (balanceFractions here; syncMembers, forgetReleased and
 	// departSelf in package membership, which is given this lock).
@@ -153,10 +158,12 @@ func New(cfg Config) (*Node, error) {
 // started so far stay in n for Close to release.
 func (n *Node) start() error {
 	cfg := n.cfg
+	n.lc = n.newLeaderCall()
 	n.fsm = apply.New(n.state, n.now, &n.appliedPauses)
 	n.pacer = pacer.New(n.now, cfg.HorizonAhead, cfg.LeaseSpan, n.fsm.Horizon, n.state.Limit)
 	n.pacer.Granted = func(key string, count int) { n.grantedHist.Add(n.state.LimitKey(key), count, time.Now()) }
-	n.leases, n.leaseWire = n.newLeases(), lease.NewInFlight(lease.MaxInFlight)
+	n.leases = n.newLeases()
+	n.batchServer, n.batchClient = n.newBatch()
 	n.shares = shares.New(n.now, cfg.ShareTTL)
 	n.pacer.Shares = n.shares
 	n.pacer.Quotas, n.pacer.StoredQuotas = n.state.QuotaCount, n.state.QuotaCounts
@@ -199,11 +206,13 @@ func (n *Node) start() error {
 		return err
 	}
 	n.gossip.Start()
-	n.wg.Add(4)
+	n.wg.Add(6)
+	go func() { defer n.wg.Done(); n.pacer.FollowShares(n.ctx) }()
 	go n.maintainLoop()
 	go n.extendLoop()
 	go n.shareLoop()
 	go func() { defer n.wg.Done(); n.fallback.Watch(n.ctx) }()
+	go func() { defer n.wg.Done(); n.batchClient.Run(n.ctx, &n.wg) }()
 	if n.pg != nil {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.fallback.HeartbeatLoop(n.ctx) }()
@@ -277,15 +286,5 @@ func (n *Node) now() int64 { return int64(time.Since(n.epoch)) }
 
 func (n *Node) closed() bool { return n.ctx.Err() != nil }
 
-func sleepCtx(ctx, nodeCtx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-nodeCtx.Done():
-		return raftpace.ErrClosed
-	}
-}
+// sleepCtx sleeps d, or ends early with ctx or the node (nodeCtx).
+var sleepCtx = leadercall.Sleep

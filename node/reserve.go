@@ -190,7 +190,7 @@ func (n *Node) Forfeit(raftpace.Reservation) { n.stats.forfeited.Add(1) }
 func (n *Node) forwardReserve(ctx context.Context, wants []raftpace.Want, maxWait time.Duration) (wait, held time.Duration, err error) {
 	what := "reserve " + raftpace.KeysOf(wants)
 	var resp wire.ReserveResp
-	err = n.callLeaderWithin(ctx, what, wire.MethodReserve, wire.ReserveReq{Wants: wants, MaxWait: maxWait}.Encode(), maxWait, func(raw []byte) (err error) {
+	err = n.lc.Within(ctx, what, wire.MethodReserve, wire.ReserveReq{Wants: wants, MaxWait: maxWait}.Encode(), maxWait, func(raw []byte) (err error) {
 		resp, err = wire.DecodeReserveResp(raw)
 		return err
 	})

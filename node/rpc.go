@@ -33,6 +33,10 @@ func (n *Node) handlers() map[uint8]rpcHandler {
 			transport.Park(ctx)
 			return n.pacer.ServeLease(ctx, n.ctx.Done(), req, n.PausedFor), nil
 		},
+		wire.MethodLeases: func(ctx context.Context, req []byte) ([]byte, error) {
+			transport.Park(ctx)
+			return n.batchServer.Serve(ctx, req), nil
+		},
 		wire.MethodRemaining: func(_ context.Context, req []byte) ([]byte, error) {
 			return n.pacer.ServeRemaining(req), nil
 		},

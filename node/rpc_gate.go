@@ -30,8 +30,8 @@ func (n *Node) leaderSyncIndex() (uint64, error) {
 // caught up on yet. Register does this before comparing.
 func (n *Node) Sync(ctx context.Context) error {
 	var index uint64
-	err := n.untilDone(ctx, "sync", func() (err error) {
-		index, err = n.indexOnLeader(ctx, "sync", wire.MethodSync, []byte{wire.Version}, n.leaderSyncIndex)
+	err := n.lc.UntilDone(ctx, "sync", func() (err error) {
+		index, err = n.lc.IndexOnLeader(ctx, "sync", wire.MethodSync, []byte{wire.Version}, n.leaderSyncIndex)
 		return err
 	})
 	if err != nil {

@@ -45,9 +45,9 @@ func (n *Node) newSlots() *slots.Slots {
 			return n.trans.Call(ctx, addr, method, req)
 		},
 		LeaderErr:      wire.LeaderErr,
-		UntilDone:      n.untilDone,
-		IndexOnLeader:  n.indexOnLeader,
-		CommitOnLeader: n.commitOnLeader,
+		UntilDone:      n.lc.UntilDone,
+		IndexOnLeader:  n.lc.IndexOnLeader,
+		CommitOnLeader: n.lc.CommitOnLeader,
 		Retryable:      wire.Retryable,
 	})
 }

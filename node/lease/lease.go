@@ -17,9 +17,9 @@
 // every slot taken would be one at that edge. A lease whose
 // every slot's use-by passed in transit is dropped and asked for again. A
 // reservation consumes nothing when its slot is further away than the
-// caller's maximum wait. A node has at most MaxInFlight lease requests on
-// the wire (InFlight): one waiting for its turn has not been sent, and the
-// wait is counted as the leader's hold, not as transit.
+// caller's maximum wait. A request that waits before it is sent (its
+// node's message of many, package node/batch) counts the wait as the
+// leader's hold, not as transit.
 //
 // Size: a lease starts at one slot; when a lease leaves the queue the next
 // request asks for twice as many if every slot was served, and for what was
@@ -82,8 +82,11 @@ type Deps struct {
 	// Fetch asks the leader (the node itself, or over RPC) for up to want
 	// slots of key, waiting at most maxWait for the first. Its errors: a
 	// *raftpace.LimitExceededError; a retryable one (Retryable); else one
-	// the reservation ends in.
-	Fetch func(ctx context.Context, key string, want int, maxWait time.Duration) (wire.Lease, error)
+	// the reservation ends in. arrived is when its answer reached this
+	// node (on Now's clock; 0: when Fetch returned): a caller woken
+	// after a thousand others that came in the same message must not
+	// count its wait for the scheduler as transit.
+	Fetch func(ctx context.Context, key string, want int, maxWait time.Duration) (l wire.Lease, arrived int64, err error)
 	// Retryable reports whether a new fetch may cure err.
 	Retryable func(err error) bool
 	// InFallback reports whether the node should stop retrying the leader

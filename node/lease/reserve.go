@@ -138,8 +138,10 @@ func (c *Cache) startFetch(kl *keyLease, key string, maxWait time.Duration) *lea
 		ctx, cancel := context.WithTimeout(d.Ctx, maxWait+fetchSlack)
 		defer cancel()
 		sent := d.Now()
-		l, err := d.Fetch(ctx, key, want, maxWait)
-		arrived := d.Now()
+		l, arrived, err := d.Fetch(ctx, key, want, maxWait)
+		if arrived == 0 {
+			arrived = d.Now()
+		}
 		// The leader granted at least l.Held after sent (it may hold a
 		// request for a horizon or for its share): the slots' use-by
 		// counts from there, and only the rest of the round trip is

@@ -47,9 +47,10 @@ func newFake(t *testing.T, horizon time.Duration, fetch func(call int32) (wire.L
 		Sleep:        func(ctx context.Context, d time.Duration) error { return ctx.Err() },
 		BackoffMin:   time.Millisecond,
 		BackoffMax:   50 * time.Millisecond,
-		Fetch: func(ctx context.Context, key string, want int, maxWait time.Duration) (wire.Lease, error) {
+		Fetch: func(ctx context.Context, key string, want int, maxWait time.Duration) (wire.Lease, int64, error) {
 			f.lastWait.Store(int64(maxWait))
-			return f.fetch(f.fetches.Add(1))
+			l, err := f.fetch(f.fetches.Add(1))
+			return l, 0, err
 		},
 		Retryable:  func(err error) bool { return errors.Is(err, wire.ErrRetry) },
 		InFallback: f.fallback.Load,

@@ -28,6 +28,9 @@ import (
 func (p *Pacer) ReserveAll(ctx context.Context, done <-chan struct{}, wants []raftpace.Want, maxWait time.Duration) (wait, held time.Duration, err error) {
 	h := p.newHold(maxWait)
 	g := make([]allGrant, len(wants))
+	var sw shareWaiter
+	var queued *keyState // the key whose share queue sw was in
+	defer func() { p.turnTaken(queued, &sw, err == nil) }()
 	for {
 		p.mu.Lock()
 		if !p.leading {
@@ -42,7 +45,6 @@ func (p *Pacer) ReserveAll(ctx context.Context, done <-chan struct{}, wants []ra
 			}
 			g[i] = allGrant{want: w, ks: ks}
 		}
-		shareCh := p.shareWait() // before F is read: see awaitShare
 		now := p.now()
 		at, last, short, err := p.instant(g, now)
 		if err != nil {
@@ -51,7 +53,12 @@ func (p *Pacer) ReserveAll(ctx context.Context, done <-chan struct{}, wants []ra
 		}
 		if short >= 0 {
 			ks := g[short].ks
-			if err := p.awaitShare(ks, g[short].want.Key, now, max(now, ks.tat), maxWait, h, shareCh, ctx, done); err != nil {
+			if sw.turn && queued != ks {
+				p.passShare(queued, now) // its turn on another key, not taken
+				sw.turn = false
+			}
+			queued = ks
+			if err := p.awaitShare(ks, g[short].want.Key, now, max(now, ks.tat), maxWait, h, &sw, ctx, done); err != nil {
 				return 0, 0, err
 			}
 			continue
@@ -99,7 +106,9 @@ func (p *Pacer) ReserveAll(ctx context.Context, done <-chan struct{}, wants []ra
 				if ks.horizon-ks.tat < p.lookAhead(ks)/2 {
 					p.kickKey(g[i].want.Key)
 				}
+				p.passShare(ks, now)
 			}
+			sw.turn = false
 			p.mu.Unlock()
 			for _, w := range wants {
 				p.Granted(w.Key, w.Count)

@@ -2,6 +2,7 @@ package pacer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -64,10 +65,23 @@ type hold struct {
 // least).
 const maxHorizonHold = 400 * time.Millisecond
 
-func (p *Pacer) newHold(maxWait time.Duration) hold {
+func (p *Pacer) newHold(maxWait time.Duration) hold { return p.holdUpTo(maxWait, MaxHold) }
+
+// holdUpTo is a hold whose wait for its share ends at maxWait or most,
+// whichever comes first.
+func (p *Pacer) holdUpTo(maxWait, most time.Duration) hold {
 	now := p.now()
-	return hold{entry: now, share: now + int64(min(max(maxWait, 0), MaxHold)), horizon: now + int64(maxHorizonHold)}
+	return hold{entry: now, share: now + int64(min(max(maxWait, 0), most)), horizon: now + int64(maxHorizonHold)}
 }
+
+// MaxQueueHold bounds how long LeaseAt keeps a request in its key's queue
+// for its share. Its callers (this node's lease cache, a member's request
+// in a message of many) wait for it up to their own maximum wait and more,
+// not a leader call's bound, so it may be longer than MaxHold; with
+// MaxHold, the third of three nodes' requests for a key at 1/s (three
+// seconds deep) gave up every time, lost its place and asked again, and
+// the asking again was a good part of the cluster's CPU.
+const MaxQueueHold = 5 * time.Second
 
 // wait blocks until ch is closed, deadline passes (retry: the caller
 // asks again), ctx ends or the node closes. why names what it waited for.
@@ -136,30 +150,136 @@ func (p *Pacer) settle(ks *keyState, now int64, end func(gcra.Params) int64) (gc
 	return gcra.Params{}, false
 }
 
-// shareWait returns the channel a request waits on for its share, or nil
-// (no shares: F is always 1).
-func (p *Pacer) shareWait() <-chan struct{} {
-	if p.Shares == nil {
-		return nil
-	}
-	return p.Shares.Changes()
-}
-
 // awaitShare takes a request whose first slot (at tatp) lies past the
-// shares' reach; p.mu is held and released here. A slot past the caller's
-// maximum wait is refused at once (at the full rate it comes soonest);
-// otherwise the request waits for ch (read before F, so a round that ended
-// since is not missed) until the hold's deadline. nil: ask again.
-func (p *Pacer) awaitShare(ks *keyState, key string, now, tatp int64, maxWait time.Duration, h hold, ch <-chan struct{}, ctx context.Context, done <-chan struct{}) error {
+// shares' reach, or that others wait before; p.mu is held and released
+// here. A slot past the caller's maximum wait is refused at once (at the
+// full rate it comes soonest); otherwise the request joins its key's
+// queue (w) and waits for its turn (passShare), or the hold's deadline.
+// nil: its turn came, ask again.
+//
+// Requests wait in their key's queue, not on the shares' change: at every
+// renewal round the latter woke every request waiting on any key (30,000
+// at 10,000 slow keys from three nodes), nearly all to find their key's
+// next slot still out of reach (or taken by another woken with them), and
+// those wake-ups were a fifth of the cluster's CPU; and the request that
+// won each slot was whichever the scheduler ran first. Now one request
+// wakes per slot that comes into reach, the first that asked.
+func (p *Pacer) awaitShare(ks *keyState, key string, now, tatp int64, maxWait time.Duration, h hold, w *shareWaiter, ctx context.Context, done <-chan struct{}) error {
 	first := tatp - ks.params.Tolerance - now
-	p.mu.Unlock()
 	if time.Duration(first) > maxWait {
+		p.mu.Unlock()
 		return &raftpace.LimitExceededError{Key: key, Wait: time.Duration(first), MaxWait: maxWait}
 	}
-	if ch == nil {
+	if p.Shares == nil || h.share <= now {
+		p.mu.Unlock()
 		return ErrNoShare
 	}
-	return p.wait(h.share, ch, ctx, done, key, "its share", ErrNoShare)
+	w.ch = make(chan struct{})
+	if w.turn {
+		// Its turn came but the slot went (a limit change, a multi-key
+		// reservation): it keeps its place.
+		ks.shareQ = append([]*shareWaiter{w}, ks.shareQ...)
+	} else {
+		ks.shareQ = append(ks.shareQ, w)
+	}
+	w.turn = false
+	p.shareWaiters[key] = ks
+	p.mu.Unlock()
+	if err := p.wait(h.share, w.ch, ctx, done, key, "its share", ErrNoShare); err != nil {
+		p.mu.Lock()
+		if !ks.leaveQueue(w) {
+			// Its turn came as it gave up: the next in line takes it.
+			p.passShare(ks, p.now())
+		}
+		p.mu.Unlock()
+		return err
+	}
+	w.turn = true
+	return nil
+}
+
+// shareWaiter is one request in its key's queue for its share.
+type shareWaiter struct {
+	ch   chan struct{} // closed when its turn comes
+	turn bool          // its turn came (and it has not been granted yet)
+}
+
+// leaveQueue takes w out of ks's queue; false if it was not there (its
+// turn came). p.mu is held.
+func (ks *keyState) leaveQueue(w *shareWaiter) bool {
+	for i, q := range ks.shareQ {
+		if q == w {
+			ks.shareQ = append(ks.shareQ[:i], ks.shareQ[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// passShare gives the first request in ks's queue its turn when the key's
+// next slot is in the shares' reach; p.mu is held. Every grant of the key
+// calls it, so a round that brings several slots into reach serves as many
+// waiters, one after the other.
+func (p *Pacer) passShare(ks *keyState, now int64) {
+	if len(ks.shareQ) == 0 {
+		return
+	}
+	tatp := max(now, ks.tat)
+	if _, ok := p.settle(ks, now, func(q gcra.Params) int64 { return tatp + q.Interval }); ok {
+		close(ks.shareQ[0].ch)
+		ks.shareQ[0] = nil
+		ks.shareQ = ks.shareQ[1:]
+	}
+}
+
+// turnTaken ends w's turn: granted, or gone (an error, a limit). A turn
+// not granted passes to the next in line. p.mu is not held.
+func (p *Pacer) turnTaken(ks *keyState, w *shareWaiter, granted bool) {
+	if ks == nil || !w.turn {
+		return
+	}
+	w.turn = false
+	if !granted {
+		p.mu.Lock()
+		p.passShare(ks, p.now())
+		p.mu.Unlock()
+	}
+}
+
+// FollowShares calls SharesMoved after every change of the shares until
+// ctx ends; the caller runs it in a goroutine of its own. The channel is
+// read before the call: a change during it is seen at the next turn.
+func (p *Pacer) FollowShares(ctx context.Context) {
+	if p.Shares == nil {
+		return
+	}
+	for ctx.Err() == nil {
+		ch := p.Shares.Changes()
+		p.SharesMoved()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// SharesMoved gives the requests waiting for their share (awaitShare)
+// their turn where their key's next slot is now in reach (FollowShares
+// calls it).
+func (p *Pacer) SharesMoved() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	for key, ks := range p.shareWaiters {
+		if p.keys[key] != ks || !p.leading {
+			ks.wakeShare()
+		} else {
+			p.passShare(ks, now)
+		}
+		if len(ks.shareQ) == 0 {
+			delete(p.shareWaiters, key)
+		}
+	}
 }
 
 // Reserve grants count events of key, waiting at most maxWait for them:
@@ -181,18 +301,39 @@ func (p *Pacer) Reserve(ctx context.Context, done <-chan struct{}, key string, c
 // under the committed horizon; if not even one slot fits, it waits for the
 // extension.
 func (p *Pacer) Lease(ctx context.Context, done <-chan struct{}, key, holder string, count int, maxWait time.Duration) (wire.Lease, error) {
-	l, _, err := p.LeaseAt(ctx, done, key, holder, count, maxWait)
+	l, _, err := p.lease(ctx, done, key, holder, count, maxWait, p.newHold(maxWait))
 	return l, err
 }
 
 // LeaseAt is Lease, and also says when (on the pacer's clock) the lease
 // was granted, for the caller that restates it when its answer leaves
 // (wire.Lease.Restated).
+//
+// It may keep the request in its key's queue up to MaxQueueHold (not
+// MaxHold): it is not for a caller bounded by a leader call's timeout.
 func (p *Pacer) LeaseAt(ctx context.Context, done <-chan struct{}, key, holder string, count int, maxWait time.Duration) (wire.Lease, int64, error) {
+	return p.lease(ctx, done, key, holder, count, maxWait, p.holdUpTo(maxWait, MaxQueueHold))
+}
+
+// TryLease is LeaseAt that never waits: where LeaseAt would hold the
+// request (for a horizon commit or for its share), it answers
+// wire.ErrWouldWait at once, and the caller decides where to wait.
+func (p *Pacer) TryLease(key, holder string, count int, maxWait time.Duration) (wire.Lease, int64, error) {
+	now := p.now()
+	l, at, err := p.lease(context.Background(), nil, key, holder, count, maxWait, hold{entry: now, share: now, horizon: now})
+	if errors.Is(err, ErrNoShare) || errors.Is(err, wire.ErrRetry) {
+		return wire.Lease{}, 0, wire.ErrWouldWait
+	}
+	return l, at, err
+}
+
+func (p *Pacer) lease(ctx context.Context, done <-chan struct{}, key, holder string, count int, maxWait time.Duration, h hold) (l wire.Lease, at int64, err error) {
 	if count < 1 {
 		count = 1
 	}
-	h := p.newHold(maxWait)
+	var w shareWaiter
+	var queued *keyState // the key whose queue w was in
+	defer func() { p.turnTaken(queued, &w, err == nil) }()
 	for {
 		p.mu.Lock()
 		if !p.leading {
@@ -204,18 +345,24 @@ func (p *Pacer) LeaseAt(ctx context.Context, done <-chan struct{}, key, holder s
 			p.mu.Unlock()
 			return wire.Lease{}, 0, fmt.Errorf("node: lease %q: %w", key, raftpace.ErrUnknownKey)
 		}
-		shareCh := p.shareWait() // before F is read: see awaitShare
 		now := p.now()
 		tatp := max(now, ks.tat)
 		// Scale for the first slot; a lease of several slots is cut below
 		// to those the share reaches.
 		params, ok := p.settle(ks, now, func(q gcra.Params) int64 { return tatp + q.Interval })
+		if ok && len(ks.shareQ) > 0 && !w.turn {
+			// Others wait for the key's share before it: behind them
+			// (the first may take this slot now).
+			p.passShare(ks, now)
+			ok = false
+		}
 		if !ok {
 			// Not even the first slot is in the share's reach (a slow
 			// key's queue runs further ahead than the last renewal's
 			// promise): wait for the next renewal instead of having the
 			// caller poll.
-			if err := p.awaitShare(ks, key, now, tatp, maxWait, h, shareCh, ctx, done); err != nil {
+			queued = ks
+			if err := p.awaitShare(ks, key, now, tatp, maxWait, h, &w, ctx, done); err != nil {
 				return wire.Lease{}, 0, err
 			}
 			continue
@@ -278,6 +425,8 @@ func (p *Pacer) LeaseAt(ctx context.Context, done <-chan struct{}, key, holder s
 			if ks.horizon-ks.tat < p.lookAhead(ks)/2 {
 				p.kickKey(key)
 			}
+			w.turn = false
+			p.passShare(ks, now)
 			p.mu.Unlock()
 			p.Granted(key, l.Count)
 			return l, now, nil

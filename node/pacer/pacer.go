@@ -62,6 +62,9 @@ type Pacer struct {
 	// Collect (kickKey); scanned is when Collect last looked at every key.
 	due     map[string]struct{}
 	scanned int64
+	// shareWaiters are the keys with a request waiting for its share
+	// (awaitShare), for SharesMoved.
+	shareWaiters map[string]*keyState
 }
 
 type keyState struct {
@@ -74,6 +77,9 @@ type keyState struct {
 	demand   int64 // time of the last request that could be granted
 	seen     int64 // time of the last request, granted or not (IdleAfter)
 	changed  chan struct{}
+	// shareQ are the requests waiting for their share, first come first
+	// (awaitShare).
+	shareQ []*shareWaiter
 	// held is, per node, the time of the last slot leased to it (this
 	// leadership only): a node already holding slots more than two spans
 	// ahead gets no multi-slot lease, so it cannot hoard the rate.
@@ -89,18 +95,19 @@ const DefaultIdleAfter = time.Minute
 // key's limit (its own or its template's).
 func New(now func() int64, ahead, span time.Duration, tracked func(string) (int64, bool), limitOf func(string) (fsm.Limit, bool)) *Pacer {
 	return &Pacer{
-		now:       now,
-		ahead:     int64(ahead),
-		span:      int64(span),
-		tracked:   tracked,
-		limitOf:   limitOf,
-		IdleAfter: DefaultIdleAfter,
-		keys:      make(map[string]*keyState),
-		kicks:     make(chan struct{}, 1),
-		due:       make(map[string]struct{}),
-		scanned:   math.MinInt64 / 2,
-		Granted:   func(string, int) {},
-		Wall:      time.Now,
+		now:          now,
+		ahead:        int64(ahead),
+		span:         int64(span),
+		tracked:      tracked,
+		limitOf:      limitOf,
+		IdleAfter:    DefaultIdleAfter,
+		keys:         make(map[string]*keyState),
+		kicks:        make(chan struct{}, 1),
+		due:          make(map[string]struct{}),
+		shareWaiters: make(map[string]*keyState),
+		scanned:      math.MinInt64 / 2,
+		Granted:      func(string, int) {},
+		Wall:         time.Now,
 	}
 }
 
@@ -125,6 +132,16 @@ func (p *Pacer) kickKey(key string) {
 func (ks *keyState) wake() {
 	close(ks.changed)
 	ks.changed = make(chan struct{})
+}
+
+// wakeShare releases the requests waiting for the key's share (not at
+// every wake: a horizon's commit wakes every key it extended, four times
+// a second).
+func (ks *keyState) wakeShare() {
+	for _, w := range ks.shareQ {
+		close(w.ch)
+	}
+	ks.shareQ = nil
 }
 
 // keyLocked returns key's state, made on first use when key has a limit
@@ -172,6 +189,7 @@ func (p *Pacer) LimitChanged(key string) {
 		if ks := p.keys[key]; ks != nil {
 			ks.setLimit(p.limitOf(key))
 			ks.wake()
+			ks.wakeShare()
 		}
 		return
 	}
@@ -180,6 +198,7 @@ func (p *Pacer) LimitChanged(key string) {
 		if strings.HasPrefix(k, prefix) {
 			ks.setLimit(p.limitOf(k))
 			ks.wake()
+			ks.wakeShare()
 		}
 	}
 }
@@ -191,6 +210,7 @@ func (p *Pacer) Reset() {
 	for k, ks := range p.keys {
 		ks.setLimit(p.limitOf(k))
 		ks.wake()
+		ks.wakeShare()
 	}
 }
 
@@ -202,7 +222,9 @@ func (p *Pacer) StepDown() uint64 {
 	p.gen++
 	for _, ks := range p.keys {
 		ks.wake()
+		ks.wakeShare()
 	}
+	clear(p.shareWaiters)
 	return p.gen
 }
 

@@ -66,21 +66,26 @@ func (p *Pacer) ServeLease(ctx context.Context, done <-chan struct{}, req []byte
 	}
 	ctx, cancel := callerBound(ctx, m.MaxWait)
 	defer cancel()
-	l, at, err := p.LeaseAt(ctx, done, m.Key, m.Holder, m.Count, m.MaxWait)
-	var qe *raftpace.QuotaExhaustedError
-	if errors.As(err, &qe) {
-		return wire.LeaseResp{Code: wire.CodeQuotaExhausted, Wait: p.untilReset(qe), Msg: wire.ErrMsg(err)}.Encode()
-	}
-	var le *raftpace.LimitExceededError
-	if errors.As(err, &le) {
-		return wire.LeaseResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}.Encode()
-	}
+	l, at, err := p.lease(ctx, done, m.Key, m.Holder, m.Count, m.MaxWait, p.newHold(m.MaxWait))
 	if err == nil {
 		// Stated as it leaves: the asking node counts from the answer's
 		// arrival only the network's part of the delay.
 		l = l.Restated(p.now() - at)
 	}
-	return wire.LeaseResp{Code: wire.CodeFor(err), Lease: l, Msg: wire.ErrMsg(err)}.Encode()
+	return p.LeaseAnswer(l, err).Encode()
+}
+
+// LeaseAnswer is the answer to a lease request that ended in l, err.
+func (p *Pacer) LeaseAnswer(l wire.Lease, err error) wire.LeaseResp {
+	var qe *raftpace.QuotaExhaustedError
+	if errors.As(err, &qe) {
+		return wire.LeaseResp{Code: wire.CodeQuotaExhausted, Wait: p.untilReset(qe), Msg: wire.ErrMsg(err)}
+	}
+	var le *raftpace.LimitExceededError
+	if errors.As(err, &le) {
+		return wire.LeaseResp{Code: wire.CodeLimitExceeded, Wait: le.Wait, Msg: wire.ErrMsg(err)}
+	}
+	return wire.LeaseResp{Code: wire.CodeFor(err), Lease: l, Msg: wire.ErrMsg(err)}
 }
 
 // callerBound bounds a request's stay by its caller's maximum wait plus a

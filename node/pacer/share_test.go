@@ -24,7 +24,16 @@ func sharedPacer(t *testing.T) (*Pacer, *shares.Shares, *testClock) {
 	s := shares.New(clock.Load, 2*time.Second)
 	s.Lead([]fsm.Member{{ID: "a", Fraction: 1.0 / 3}, {ID: "b", Fraction: 1.0 / 3}, {ID: "c", Fraction: 1.0 / 3}})
 	p.Shares = s
+	follow(t, p)
 	return p, s, clock
+}
+
+// follow runs p.FollowShares until the test ends, as a node does.
+func follow(t *testing.T, p *Pacer) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.FollowShares(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 // testClock is a fake clock read by the pacer's waiters while the test
@@ -181,6 +190,7 @@ func slowPacer(t *testing.T) (*Pacer, *shares.Shares, *testClock) {
 	s := shares.New(clock.Load, 2*time.Second)
 	s.Lead([]fsm.Member{{ID: "a", Fraction: 1}})
 	p.Shares = s
+	follow(t, p)
 	return p, s, clock
 }
 
@@ -242,6 +252,7 @@ func TestPacer_SlowKeySettlesOnItsF(t *testing.T) {
 	s := shares.New(clock.Load, 2*time.Second)
 	s.Lead([]fsm.Member{{ID: "a", Fraction: 1.0 / 3}, {ID: "b", Fraction: 1.0 / 3}, {ID: "c", Fraction: 1.0 / 3}})
 	p.Shares = s
+	follow(t, p)
 	now := clock.Load()
 	s.Renewed("a", now, now, wire.ShareAnswer{Fraction: 1.0 / 3})
 	s.Renewed("b", now, now, wire.ShareAnswer{Fraction: 1.0 / 3})

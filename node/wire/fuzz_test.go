@@ -92,6 +92,8 @@ var rpcCodecs = []rpcCodec{
 	codecOf("RemoveServerReq", DecodeRemoveServerReq, RemoveServerReq.Encode),
 	codecOf("LeaseReq", DecodeLeaseReq, LeaseReq.Encode),
 	codecOf("LeaseResp", DecodeLeaseResp, LeaseResp.Encode),
+	codecOf("LeasesReq", DecodeLeasesReq, LeasesReq.Encode),
+	codecOf("LeasesResp", DecodeLeasesResp, LeasesResp.Encode),
 	codecOf("ShareReq", DecodeShareReq, ShareReq.Encode),
 	codecOf("ShareAnswer", DecodeShareAnswer, ShareAnswer.Encode),
 	codecOf("PauseReq", DecodePauseReq, PauseReq.Encode),
@@ -108,7 +110,7 @@ var rpcCodecs = []rpcCodec{
 // without being added to rpcCodecs (and so to FuzzRPCDecode).
 func TestRPCCodecsComplete(t *testing.T) {
 	var src []byte
-	for _, f := range []string{"rate.go", "gate.go", "remaining.go"} {
+	for _, f := range []string{"rate.go", "gate.go", "remaining.go", "leases.go"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -172,6 +174,12 @@ func rpcSeeds() []rpcSeed {
 		{"valid-lease-req", "LeaseReq", LeaseReq{Key: "k", Holder: "n2", Count: 64, MaxWait: 250 * time.Millisecond}.Encode()},
 		{"valid-lease-resp", "LeaseResp", LeaseResp{Code: CodeOK, Lease: Lease{Base: -10_000_000, Spacing: 5_000_000, Count: 40}}.Encode()},
 		{"valid-lease-resp-limited", "LeaseResp", LeaseResp{Code: CodeLimitExceeded, Wait: 3 * time.Second, Msg: "limit"}.Encode()},
+		{"valid-leases-req", "LeasesReq", LeasesReq{Holder: "n2", Park: true, Items: []LeaseItem{{ID: 1, Key: "tenant:a", Count: 1, MaxWait: time.Second}, {ID: 2, Key: "tenant:b", Count: 8}}}.Encode()},
+		{"valid-leases-req-poll", "LeasesReq", LeasesReq{Holder: "n2", Park: true}.Encode()},
+		{"valid-leases-resp", "LeasesResp", LeasesResp{Code: CodeOK, Items: []LeaseAnswer{{ID: 1, LeaseResp: LeaseResp{Code: CodeOK, Lease: Lease{Base: 700_000_000, Spacing: 1_000_000_000, Count: 1, Held: 3_000_000}}}, {ID: 2, LeaseResp: LeaseResp{Code: CodeLimitExceeded, Wait: time.Second, Msg: "limit"}}}}.Encode()},
+		{"valid-leases-resp-not-leader", "LeasesResp", LeasesResp{Code: CodeNotLeader, Msg: "not the leader"}.Encode()},
+		{"invalid-leases-resp-empty-lease", "LeasesResp", LeasesResp{Items: []LeaseAnswer{{ID: 1, LeaseResp: LeaseResp{Code: CodeOK}}}}.Encode()},
+		{"invalid-leases-req-count-0", "LeasesReq", LeasesReq{Holder: "n2", Items: []LeaseItem{{ID: 1, Key: "k"}}}.Encode()},
 		{"valid-share-req", "ShareReq", ShareReq{Leader: "n1"}.Encode()},
 		{"valid-share-answer", "ShareAnswer", ShareAnswer{Applied: 99, Fraction: 1.0 / 3, Busy: time.Second}.Encode()},
 		{"valid-pause-req", "PauseReq", PauseReq{Key: "google-images", For: 30 * time.Second}.Encode()},

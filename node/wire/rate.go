@@ -312,6 +312,19 @@ func (m LeaseResp) Encode() []byte {
 func DecodeLeaseResp(b []byte) (LeaseResp, error) {
 	r := reader{b: b}
 	r.start()
+	m := readLeaseResp(&r)
+	if err := r.done(); err != nil {
+		return LeaseResp{}, err
+	}
+	if err := m.check(); err != nil {
+		return LeaseResp{}, err
+	}
+	return m, nil
+}
+
+// readLeaseResp reads a LeaseResp after its version byte (alone, or as
+// one answer of a LeasesResp).
+func readLeaseResp(r *reader) LeaseResp {
 	m := LeaseResp{Code: r.byte()}
 	m.Lease.Base = r.varint()
 	m.Lease.Spacing = r.varint()
@@ -319,19 +332,22 @@ func DecodeLeaseResp(b []byte) (LeaseResp, error) {
 	m.Lease.Held = r.varint()
 	m.Wait = time.Duration(r.varint())
 	m.Msg = r.string(MaxMsgLen)
-	if err := r.done(); err != nil {
-		return LeaseResp{}, err
-	}
 	if count > math.MaxInt32 {
-		return LeaseResp{}, fmt.Errorf("%w: count %d", ErrBadRPC, count)
+		r.fail()
+		return LeaseResp{}
 	}
 	m.Lease.Count = int(count)
-	// A granted lease must describe real slots: a hostile or corrupt answer
-	// must not make a node divide by zero or serve slots at once.
+	return m
+}
+
+// check refuses a granted lease that describes no real slots: a hostile
+// or corrupt answer must not make a node divide by zero or serve slots
+// at once.
+func (m LeaseResp) check() error {
 	if m.Code == CodeOK && (m.Lease.Count < 1 || m.Lease.Spacing < 1 || m.Lease.Held < 0) {
-		return LeaseResp{}, fmt.Errorf("%w: lease of %d slots spaced %dns held %dns", ErrBadRPC, m.Lease.Count, m.Lease.Spacing, m.Lease.Held)
+		return fmt.Errorf("%w: lease of %d slots spaced %dns held %dns", ErrBadRPC, m.Lease.Count, m.Lease.Spacing, m.Lease.Held)
 	}
-	return m, nil
+	return nil
 }
 
 func (m ShareReq) Encode() []byte { return appendString([]byte{Version}, m.Leader) }

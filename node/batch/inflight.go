@@ -1,4 +1,4 @@
-package lease
+package batch
 
 import (
 	"context"
@@ -10,14 +10,15 @@ import (
 	"github.com/raftpace/raftpace/node/wire"
 )
 
-// InFlight bounds a node's lease requests on the wire at once. A request
-// that waits here, before it is sent, loses nothing: the wait counts as
-// part of the leader's hold (Lease.Held), so its slots' use-by is measured
-// from when it left. A request's transit must stay within UseGrace, and a
-// burst of a thousand requests at once (a slow key each, all hungry) came
-// back over 65-150 ms: every lease was dropped as late and asked for
-// again, together, and the followers of the many-keys bench admitted 44%
-// of the rate of 1,000 keys at 1/s. Bounded at 32, they admit all of it.
+// InFlight bounds a node's single lease requests (wire.MethodLease, to a
+// leader of an older build) on the wire at once. A request that waits
+// here, before it is sent, loses nothing: the wait counts as part of the
+// leader's hold (Lease.Held), so its slots' use-by is measured from when
+// it left. A request's transit must stay within UseGrace, and a burst of
+// a thousand requests at once (a slow key each, all hungry) came back over
+// 65-150 ms: every lease was dropped as late and asked for again,
+// together. Bounded at 32, they were not; messages of many requests
+// (Client) need no such bound.
 type InFlight struct{ slots chan struct{} }
 
 // MaxInFlight is the bound a node's InFlight has.
