@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,7 +122,7 @@ func measureWideKeys(ctx context.Context, c *cluster, dir string, n int) (*repor
 	if res.RSSAfter, err = rss(leader.pid()); err != nil {
 		return nil, err
 	}
-	if err := restartFollower(ctx, followers[0], dir, res); err != nil {
+	if err := restartFollower(ctx, followers[0], leader, dir, res); err != nil {
 		return nil, err
 	}
 	// Idle collection: a key leaves after a minute without a request
@@ -187,9 +188,18 @@ func useKeysOnce(ctx context.Context, c *cluster, n int) (failed int, err error)
 
 // restartFollower stops a follower (SIGTERM) and starts it again on its
 // data dir, timing its start until ready and until it holds every horizon
-// the leader's state holds.
-func restartFollower(ctx context.Context, a *agentProc, dir string, res *report.WideKeysResult) error {
-	args := a.cmd.Args[1:]
+// the leader's state holds. It joins through the leader, as an operator
+// restarting it would: the first agent was started with no --join (it was
+// the seed), and its ports are the OS's, so without one it found nobody
+// and the step failed whenever it was the follower restarted ("n1: not
+// there within 1m0s", 7 runs of 18 on 2026-12-07, 3 of 4 on b5c843b; its
+// joinLoop, given no address and no Postgres, found nobody, and the
+// leader's rejoin of failed members dials the old gossip port).
+func restartFollower(ctx context.Context, a, leader *agentProc, dir string, res *report.WideKeysResult) error {
+	args := slices.Clone(a.cmd.Args[1:])
+	if !slices.Contains(args, "--join") {
+		args = append(args, "--join", leader.ready.GossipAddr)
+	}
 	if err := a.stop(15 * time.Second); err != nil {
 		return fmt.Errorf("bench: stopping %s: %w", a.id, err)
 	}
