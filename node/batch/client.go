@@ -73,12 +73,12 @@ func NewClient(holder string, call Call, now func() int64) *Client {
 }
 
 // Lease asks the leader for up to count slots of key within maxWait and
-// waits for the answer (or ctx). The time it waited to be sent is added
-// to the lease's Held, as the leader's hold is: its slots' use-by counts
-// from when it left. A refusal comes back as the leader's LeaseResp (code
-// and wait, for the node to map); a failure to reach the leader as the
-// call's error. arrived is when the message carrying the answer came (0:
-// when Lease returned).
+// waits for the answer (or ctx). A granted lease is placed in the interval
+// of this node's clock in which the leader stated it (clockBounds.place):
+// its Held runs from this call to the interval's start, and arrived is the
+// interval's end, which the lease cache takes as its send plus Held and its
+// arrival. A refusal comes back as the leader's LeaseResp (code and wait,
+// for the node to map); a failure to reach the leader as the call's error.
 func (c *Client) Lease(ctx context.Context, key string, count int, maxWait time.Duration) (resp wire.LeaseResp, arrived int64, err error) {
 	r := &request{done: make(chan struct{})}
 	c.mu.Lock()

@@ -109,17 +109,14 @@ func (s *Server) Serve(ctx context.Context, req []byte) []byte {
 	if !s.g.Pacer.IsLeading() {
 		return wire.LeasesResp{Code: wire.CodeNotLeader, Msg: wire.ErrMsg(wire.ErrNotLeader)}.Encode()
 	}
-	// Every request of the message reached the leader when it did: a
-	// grant's Held counts from there, so the time the leader spent on the
-	// requests before it is the leader's, not the network's.
-	entry := s.g.Now()
+	entry := s.g.Now() // the answer's Recv (clockBounds)
+	b := s.box(m.Holder)
 	var out []answer
 	for _, it := range m.Items {
-		if a, ok := s.now(m.Holder, it, entry); ok {
+		if a, ok := s.begin(b, m.Holder, it); ok {
 			out = append(out, a)
 		}
 	}
-	b := s.box(m.Holder)
 	out = s.take(b, out)
 	if len(out) == 0 && m.Park {
 		out = s.await(ctx, b)
@@ -139,20 +136,19 @@ func (s *Server) Serve(ctx context.Context, req []byte) []byte {
 	return resp.Encode()
 }
 
-// now answers it at once (ok), or starts its wait on the leader, whose
-// answer goes to holder's box.
-func (s *Server) now(holder string, it wire.LeaseItem, entry int64) (answer, bool) {
+// begin answers it at once (ok), or starts its wait on the leader, whose
+// answer goes to holder's box b.
+func (s *Server) begin(b *box, holder string, it wire.LeaseItem) (answer, bool) {
 	if err := fsm.ValidateKey(it.Key); err != nil {
-		return s.answerOf(it.ID, wire.Lease{}, 0, 0, err), true
+		return s.answerOf(it.ID, wire.Lease{}, 0, err), true
 	}
 	if d := s.g.Paused(it.Key); d > 0 {
 		return answer{LeaseAnswer: wire.LeaseAnswer{ID: it.ID, LeaseResp: wire.LeaseResp{Code: wire.CodePaused, Wait: d}}}, true
 	}
 	l, at, err := s.g.Pacer.TryLease(it.Key, holder, it.Count, it.MaxWait)
 	if !errors.Is(err, wire.ErrWouldWait) {
-		return s.answerOf(it.ID, l, entry, at, err), true
+		return s.answerOf(it.ID, l, at, err), true
 	}
-	b := s.box(holder)
 	s.mu.Lock()
 	b.waiting++
 	s.mu.Unlock()
@@ -163,15 +159,15 @@ func (s *Server) now(holder string, it wire.LeaseItem, entry int64) (answer, boo
 		ctx, cancel := context.WithTimeout(context.Background(), max(it.MaxWait, 0)+time.Second)
 		defer cancel()
 		l, at, err := s.g.Pacer.LeaseAt(ctx, s.g.Done, it.Key, holder, it.Count, it.MaxWait)
-		s.put(b, s.answerOf(it.ID, l, entry, at, err))
+		s.put(b, s.answerOf(it.ID, l, at, err))
 	}()
 	return answer{}, false
 }
 
-func (s *Server) answerOf(id uint64, l wire.Lease, entry, at int64, err error) answer {
-	if err == nil {
-		l.Held = max(l.Held, at-entry)
-	}
+// answerOf is the answer to request id that ended in l (granted at at),
+// err. Its Held is the pacer's alone: the member places a lease by the
+// leader's clock (clockBounds), not by its own send plus Held.
+func (s *Server) answerOf(id uint64, l wire.Lease, at int64, err error) answer {
 	return answer{LeaseAnswer: wire.LeaseAnswer{ID: id, LeaseResp: s.g.Pacer.LeaseAnswer(l, err)}, at: at}
 }
 
