@@ -7,9 +7,8 @@ import (
 	"github.com/raftpace/raftpace/node/membership"
 )
 
-// Membership (gossip, bootstrap, reconcile, reclaim) is package
-// node/membership's. This file is what the node hands it, and the view of
-// gossip that status reads.
+// Membership (gossip, bootstrap, reconcile, reclaim, leaderless notices) is
+// node/membership's. This file is what the node hands it and status reads.
 
 // gossip is the node's membership. Status reads its view of gossip through
 // snapshot; the rest of the node calls membership's methods.
@@ -59,6 +58,7 @@ func (n *Node) startGossip() error {
 		WitnessTTL:        cfg.WitnessTTL,
 		ReapAfter:         cfg.reapAfter(),
 		UnsafeReclaim:     cfg.Unsafe.ReclaimWithoutFence,
+		NoLeaderNotice:    20 * cfg.Timing.ElectionTimeout,
 		Logger:            n.log,
 	}
 	if cfg.GossipAdvertiseAddr != "" {

@@ -46,6 +46,11 @@ type Config struct {
 	ReapAfter         time.Duration
 	// UnsafeReclaim: Unsafe.ReclaimWithoutFence (reclaim).
 	UnsafeReclaim bool
+	// NoLeaderNotice is how long the node may know no leader before it
+	// logs what it waits for (again every six times as long). node sets
+	// twenty election timeouts (10 s with LANTiming): an election takes a
+	// few, so one that should have happened has long failed by then.
+	NoLeaderNotice time.Duration
 
 	// Logger is the node's own: membership's lines read as the node's.
 	Logger *slog.Logger
@@ -147,12 +152,14 @@ func New(ctx context.Context, cfg Config, d Deps) (*Membership, error) {
 	return m, nil
 }
 
-// Start starts the loops: reconcile and reclaim always, join when there
-// is somewhere to join, bootstrap when BootstrapExpect asks for it.
+// Start starts the loops: reconcile, reclaim and the leaderless notice
+// always, join when there is somewhere to join, bootstrap when
+// BootstrapExpect asks for it.
 func (m *Membership) Start() {
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go m.reconcileLoop()
 	go m.reclaimLoop()
+	go m.leaderlessLoop()
 	if len(m.cfg.Join) > 0 || m.d.DiscoverJoin != nil {
 		m.wg.Add(1)
 		go m.joinLoop(m.cfg.Join)
