@@ -278,7 +278,7 @@ func arrivals(ctx context.Context, rate float64, queue chan<- struct{}, shed *at
 	}
 }
 
-// maxLatShards bounds the latency histograms of a key (21 KB each).
+// maxLatShards bounds the latency histograms of a key.
 const maxLatShards = 64
 
 // loadWorker is one load goroutine's view of its key.
