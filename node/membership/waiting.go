@@ -54,7 +54,7 @@ func (m *Membership) waitingFor() string {
 	case alive == 0 && len(m.cfg.Join) > 0:
 		return fmt.Sprintf("no member answers at the --join addresses %v", m.cfg.Join)
 	case alive == 0:
-		return "no member found through the addresses published in Postgres, and none has contacted this node"
+		return "no member found through the addresses members publish in Postgres (see this node's postgres lines if it cannot reach it), and none has contacted this node"
 	case m.cfg.BootstrapExpect > 1 && m.d.Raft.LastIndex() == 0:
 		return fmt.Sprintf("%d other members in gossip; a new cluster forms when %d nodes started with --bootstrap-expect %d see each other, or this node is added by a cluster's leader", alive, m.cfg.BootstrapExpect, m.cfg.BootstrapExpect)
 	case len(others) == 0:

@@ -22,8 +22,10 @@
 // it needs. A restored pause ends no earlier than the old cluster's.
 //
 // Postgres down never stops the fleet: the link opens in the background
-// and reopens after failures; a change of reachability is logged once
-// ("postgres reachable", "postgres unreachable"). Nothing waits on it except
+// and reopens after failures; what its calls find is logged once each time
+// it changes, the first time included ("postgres reachable", "postgres
+// unreachable", and at error level "postgres refuses this node's
+// statements" for a database missing or a user refused). Nothing waits on it except
 // the one thing that must, a fresh cluster's restore (it grants nothing for
 // keys it does not know, so waiting is safe).
 //

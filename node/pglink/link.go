@@ -87,8 +87,18 @@ type Link struct {
 
 	mu    sync.Mutex
 	store *pgstore.Store
-	up    bool // last call succeeded
+	state reach // what the last call found
 }
+
+// reach is what the link's last call to Postgres found.
+type reach int
+
+const (
+	reachUnknown reach = iota // no call yet
+	reachUp                   // Postgres answered (an answer may be a refusal of the request: fenced, no pool, a wait too long)
+	reachDown                 // it could not be reached or did not answer (pgstore.ErrUnavailable)
+	reachRefused              // it answered with an error no retry mends: a database missing, a password or a privilege refused
+)
 
 // New returns the link; nothing is opened until it is first used.
 func New(cfg Config, d Deps) *Link { return &Link{cfg: cfg, d: d, kick: make(chan struct{}, 1)} }
@@ -129,26 +139,42 @@ func (p *Link) get(ctx context.Context) (*pgstore.Store, error) {
 	return s, nil
 }
 
-// note records the outcome of a call and logs when reachability changes.
+// note records the outcome of a call and logs what it found whenever that
+// changes, the first outcome included: a node whose Postgres was never
+// reachable, or whose database does not exist, said nothing of it (the
+// second it called reachable).
 func (p *Link) note(err error) {
-	up := err == nil || !errors.Is(err, pgstore.ErrUnavailable)
-	p.mu.Lock()
-	changed := up != p.up
-	p.up = up
-	p.mu.Unlock()
+	now := reachUp
 	switch {
-	case changed && up:
+	case err == nil, errors.Is(err, pgstore.ErrFenced), errors.Is(err, pgstore.ErrNotInPool),
+		errors.Is(err, pgstore.ErrLimitExceeded), errors.Is(err, pgstore.ErrInvalid), errors.Is(err, pgstore.ErrClosed):
+	case errors.Is(err, pgstore.ErrUnavailable):
+		now = reachDown
+	default:
+		now = reachRefused
+	}
+	p.mu.Lock()
+	changed := now != p.state
+	p.state = now
+	p.mu.Unlock()
+	if !changed {
+		return
+	}
+	switch now {
+	case reachUp:
 		p.d.Log.Info("postgres reachable")
-	case changed:
-		p.d.Log.Warn("postgres unreachable", "err", err)
+	case reachDown:
+		p.d.Log.Warn("postgres unreachable; retrying (no checkpoint, discovery or pooled fallback meanwhile)", "err", err)
+	case reachRefused:
+		p.d.Log.Error("postgres refuses this node's statements; check --postgres (its database, user, password and privileges); retrying", "err", err)
 	}
 }
 
-// Reachable reports whether the last call reached Postgres.
+// Reachable reports whether the last call reached Postgres and was served.
 func (p *Link) Reachable() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.up
+	return p.state == reachUp
 }
 
 // Close closes the store, if open.

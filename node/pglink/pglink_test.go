@@ -2,6 +2,8 @@ package pglink
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/pgstore"
 )
 
 // These tests need no Postgres: they drive the link's decisions with fake
@@ -134,6 +137,41 @@ func TestURLProblemMasksPassword(t *testing.T) {
 		}
 		if m := maskPasswords(shown, raw); strings.Contains(m, "s3cr") {
 			t.Errorf("%q: maskPasswords left the password in %q", raw, m)
+		}
+	}
+}
+
+// The link says what Postgres did each time that changes, the first time
+// included: unreachable (a warning), refusing the node's statements (an
+// error: a missing database, a user refused), reachable again. An answer
+// that refuses a request (fenced, no pool) is Postgres reachable.
+func TestNoteSaysEachChangeOfReach(t *testing.T) {
+	l, _, _ := testLink(t, fsm.New(), 0)
+	var buf strings.Builder
+	l.d.Log = slog.New(slog.NewTextHandler(&buf, nil))
+	down := fmt.Errorf("pgstore: open: %w: connection refused", pgstore.ErrUnavailable)
+	missing := errors.New(`pgstore: open: server error: FATAL: database "x" does not exist (SQLSTATE 3D000)`)
+	steps := []struct {
+		err  error
+		want string // the line logged, "" for none
+	}{
+		{down, "level=WARN msg=\"postgres unreachable"},
+		{down, ""},
+		{missing, "level=ERROR msg=\"postgres refuses this node's statements"},
+		{missing, ""},
+		{nil, "level=INFO msg=\"postgres reachable\""},
+		{pgstore.ErrFenced, ""},
+		{down, "level=WARN msg=\"postgres unreachable"},
+	}
+	for i, s := range steps {
+		buf.Reset()
+		l.note(s.err)
+		got := buf.String()
+		if (s.want == "") != (got == "") || !strings.Contains(got, s.want) {
+			t.Errorf("step %d (%v): logged %q, want %q", i, s.err, got, s.want)
+		}
+		if reachable := s.err == nil || errors.Is(s.err, pgstore.ErrFenced); l.Reachable() != reachable {
+			t.Errorf("step %d (%v): Reachable() = %v", i, s.err, !reachable)
 		}
 	}
 }
