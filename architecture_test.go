@@ -25,6 +25,7 @@ var rooms = map[string][]string{
 	"internal/timeline":   {},
 	"internal/fuzzcorpus": {},
 	"internal/loop":       {},
+	"internal/datadir":    {},
 	"internal/pgstore":    {"fsm", "internal/logging"},
 
 	// node's rooms: each does one job, is given what it needs by node and
@@ -48,7 +49,7 @@ var rooms = map[string][]string{
 	"node/report": {},
 
 	// node wires the rooms together and owns the lifecycle.
-	"node": {".", "fsm", "transport", "internal/logging", "internal/loop",
+	"node": {".", "fsm", "transport", "internal/datadir", "internal/logging", "internal/loop",
 		"node/wire", "node/pacer", "node/shares", "node/gate", "node/slots", "node/lease", "node/batch", "node/leadercall",
 		"node/fallback", "node/membership", "node/pglink", "node/apply", "node/tally", "node/report"},
 	"node/nodetest": {"node"},

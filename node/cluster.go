@@ -32,9 +32,6 @@ func (g *gossip) snapshot() map[string]gossipMember {
 	return out
 }
 
-// health names a member's gossip state for status.
-func health(alive bool) string { return membership.Health(alive) }
-
 // startGossip builds the node's membership and starts its gossip; start
 // runs its loops (Start) with the node's other loops.
 func (n *Node) startGossip() error {

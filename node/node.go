@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/raftpace/raftpace/fsm"
+	"github.com/raftpace/raftpace/internal/datadir"
 	"github.com/raftpace/raftpace/node/apply"
 	"github.com/raftpace/raftpace/node/batch"
 	"github.com/raftpace/raftpace/node/fallback"
@@ -128,7 +128,9 @@ func New(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+	if err := datadir.Claim(cfg.DataDir, cfg.NodeID); errors.Is(err, datadir.ErrOtherNode) {
+		return nil, fmt.Errorf("node: %w: DataDir: %w", ErrInvalidConfig, err)
+	} else if err != nil {
 		return nil, fmt.Errorf("node: DataDir: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -175,6 +175,23 @@ func TestNew_StartupErrors(t *testing.T) {
 			want: []string{"node: raft store", "locked by another process", "another node running on DataDir"},
 		},
 		{
+			name: "data dir of another node id",
+			setup: func(t *testing.T, cfg *node.Config) func(*node.Config) {
+				other := *cfg
+				other.NodeID = "someone-else"
+				other.BindAddr, other.GossipBindAddr = "127.0.0.1:0", "127.0.0.1:0"
+				n, err := node.New(other)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n.Close()
+				good := cfg.DataDir
+				return func(c *node.Config) { c.DataDir = good + "-own" }
+			},
+			want:    []string{"node: ", "DataDir", `node "someone-else"'s raft state`, "its own data dir"},
+			invalid: true,
+		},
+		{
 			name: "TLS files missing",
 			setup: func(t *testing.T, cfg *node.Config) func(*node.Config) {
 				dir := t.TempDir()

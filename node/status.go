@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftpace/raftpace/node/membership"
 	"github.com/raftpace/raftpace/node/report"
 	"github.com/raftpace/raftpace/node/shares"
 )
@@ -71,7 +72,7 @@ func (n *Node) Status(ctx context.Context) (report.Status, error) {
 				m.Role = "nonvoter"
 			}
 			if g, ok := gm[m.ID]; ok {
-				m.Health = health(g.alive)
+				m.Health = membership.Health(g.alive)
 				m.GossipAddr = g.gossip
 			}
 			if v, ok := sv[m.ID]; ok {
@@ -91,7 +92,7 @@ func (n *Node) Status(ctx context.Context) (report.Status, error) {
 	for id, g := range gm {
 		// Gossip-only members are shown while they are alive: about to join.
 		if !seen[id] && g.alive {
-			st.Members = append(st.Members, report.MemberStatus{ID: id, Addr: g.meta.Addr, GossipAddr: g.gossip, Role: "none", Health: health(g.alive)})
+			st.Members = append(st.Members, report.MemberStatus{ID: id, Addr: g.meta.Addr, GossipAddr: g.gossip, Role: "none", Health: membership.Health(g.alive)})
 		}
 	}
 	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })
