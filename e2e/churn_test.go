@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -317,4 +318,37 @@ func TestChurn_CutFromRaftNotPostgres(t *testing.T) {
 // Caught (20 s cut).
 func TestChurn_CutFromRaftNotPostgresWithoutFenceIsCaught(t *testing.T) {
 	cutFromRaft(t, "churn-f-unsafe", 20*time.Second, true)
+}
+
+// g. A follower paused (SIGSTOP: a VM paused, a swap storm, a debugger)
+// and continued, with Postgres: while it is stopped the leader removes it
+// from raft (silent for --failed-server-after), fences it in Postgres and
+// forgets it, as it would a dead one. Continued, it must be taken back:
+// from 5 s to 15 s after SIGCONT its own timeline admits at least half of
+// its third of R, the fleet at least 90% of R from 2 s after SIGCONT, and
+// the cluster settles with it back in. Paused 4 s, gossip has only
+// suspected it when it continues, so its gossip incarnation is the same;
+// paused 6 s, gossip declared it dead, and it rejoins as a new one.
+// Before the fix, the 4 s (and 4.5 s) pause left it out for good (0/s,
+// never settled): the leader's forget tombstoned it as if it had left, and
+// only a new incarnation lifts a tombstone.
+func TestChurn_PausedFollowerComesBack(t *testing.T) {
+	needPostgresFlag(t)
+	for _, pause := range []time.Duration{4 * time.Second, 6 * time.Second} {
+		t.Run(pause.String(), func(t *testing.T) {
+			s := newScenario(t, fmt.Sprintf("churn-g-%v", pause), chaosOpts{postgres: true, short: true})
+			f := s.followers()[0]
+			s.step("SIGSTOP", "SIGSTOP follower "+f.id, func() { f.cmd.Process.Signal(syscall.SIGSTOP) })
+			time.Sleep(pause)
+			s.step("SIGCONT", fmt.Sprintf("SIGCONT %v later", pause), func() { f.cmd.Process.Signal(syscall.SIGCONT) })
+			cont := s.steps[1].at
+			phases := []churnPhase{
+				{label: "fleet after", at: cont, from: cont.Add(2 * time.Second), to: cont.Add(15 * time.Second), least: recoverFrac},
+				{label: f.id + " after", node: f.id, from: cont.Add(5 * time.Second), to: cont.Add(15 * time.Second), share: 1.0 / 3, least: 0.5},
+			}
+			sleepUntil(cont.Add(15 * time.Second))
+			s.settled(10 * time.Second) // the raft configuration is the running agents, f among them
+			s.expectCeiling(s.churnFinish(fmt.Sprintf("a follower SIGSTOPped %v, Postgres", pause), phases).chaosResult)
+		})
+	}
 }

@@ -50,7 +50,7 @@ func (m *Membership) Departed(req wire.RemoveServerReq) (uint64, error) {
 	}
 	m.d.Shares.Release(req.ID, m.d.Now()+int64(req.Busy))
 	m.log.Info("member leaving: its fraction comes back", "member", req.ID, "in", req.Busy)
-	return m.removeServer(req.ID)
+	return m.removeServer(req.ID, true)
 }
 
 // departSelf takes this leader's own departure (its hand-over failed).
@@ -75,18 +75,30 @@ func (m *Membership) departSelf(busy time.Duration) (uint64, error) {
 		return 0, err
 	}
 	m.log.Info("leaving while leading: forgotten, its fraction is shared out", "member", m.cfg.NodeID)
-	return m.removeServer(m.cfg.NodeID)
+	return m.removeServer(m.cfg.NodeID, true)
 }
 
-// removeServer removes id from raft; it runs on the leader.
-func (m *Membership) removeServer(id string) (uint64, error) {
+// removeServer removes id from raft; it runs on the leader. left: id
+// asked to leave, and a tombstone keeps reconcile from adding it back
+// while gossip still calls it alive. Otherwise it was given up (fenced or
+// reaped) and is added back, as after removeFailed, once gossip calls it
+// alive and its address answers: it may only have been paused. With the
+// tombstone there too, a follower stopped 5 s (SIGSTOP) and continued was
+// forgotten and never added back (its gossip incarnation never changed, and
+// only a new one lifts a tombstone): it admitted nothing for the 31 s
+// until the run ended.
+func (m *Membership) removeServer(id string, left bool) (uint64, error) {
 	if err := fsm.ValidateID(id); err != nil {
 		return 0, fmt.Errorf("%w: %w", raftpace.ErrInvalidRequest, err)
 	}
 	if m.d.Raft.State() != raft.Leader {
 		return 0, wire.ErrNotLeader
 	}
-	m.gossip.markDeparted(id)
+	if left {
+		m.gossip.markDeparted(id)
+	} else {
+		m.gossip.markFailed(id)
+	}
 	f := m.d.Raft.RemoveServer(raft.ServerID(id), 0, raftChangeTimeout)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
@@ -207,10 +219,14 @@ func (m *Membership) forgetReleased() {
 			continue // rejoined meanwhile (a new incarnation)
 		}
 		if inRaft[id] {
-			if _, err := m.removeServer(id); err != nil {
+			// Out of raft and forgotten in one round: were it forgotten
+			// at the next, reconcile could add it back in between (it
+			// answers, if it was only paused) and it would be removed
+			// again as released.
+			if _, err := m.removeServer(id, false); err != nil {
 				m.log.Warn("removing a released member from raft", "member", id, "err", err)
+				continue
 			}
-			continue // forgotten at the next round
 		}
 		if _, err := m.d.Commit(&fsm.RemoveMember{ID: id}); err != nil {
 			m.log.Warn("forgetting a released member", "member", id, "err", err)
