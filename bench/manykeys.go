@@ -258,11 +258,14 @@ func slotsIn(events []timeline.Event, from, to int64, rate float64) int {
 	if rate <= 0 || to <= from {
 		return 0
 	}
-	anchor := from
+	anchor := int64(math.MinInt64) // the key's last event before from
 	for _, e := range events {
-		if e.At < from && (anchor == from || e.At > anchor) {
-			anchor = e.At
+		if e.At < from {
+			anchor = max(anchor, e.At)
 		}
+	}
+	if anchor == math.MinInt64 {
+		anchor = from
 	}
 	period := float64(time.Second) / rate
 	first := math.Ceil(float64(from-anchor) / period)
