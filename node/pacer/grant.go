@@ -126,28 +126,27 @@ func (p *Pacer) needed(end, interval int64) int64 {
 	return end - p.Shares.Overrun(interval)
 }
 
-// maxSettle bounds the rounds of settle; F takes one value per set of
-// members not held, so it settles long before.
-const maxSettle = 64
-
 // settle returns the key's parameters for a grant at now whose claim on
-// the rate ends at end(params): scaled by F over [now, needed(end)]. A
-// smaller F stretches the claim, which may reach a later, smaller F; F
-// only falls as the claim grows, so the rounds end. !ok: the shares do
-// not reach far enough for any F.
+// the rate ends at end(params): scaled by F at now, if the shares hold
+// that F over the whole of [now, needed(end)]. !ok: they do not, or F is
+// 0. A claim that runs past the reach of the shares held now would be
+// paced at the smaller F held there, down to the fractions of members
+// that left (a released fraction counts for every slot to come); it waits
+// for the next renewal round instead, as ReserveAll's instant does.
+// Pacing it slower would be safe but self-feeding: each grant pushes the
+// key's TAT further past the reach, where F stays small. With a member's
+// third released, 50 keys at 1/s queued three deep were paced at a third
+// for 6-10 s after every replacement of a member (real agents: 50 events
+// every three seconds, 26.8/s over 36 s with three replacements).
 func (p *Pacer) settle(ks *keyState, now int64, end func(gcra.Params) int64) (gcra.Params, bool) {
 	params, ok := p.scaled(ks, now, now)
-	for i := 0; ok && i < maxSettle; i++ {
-		later, fits := p.scaled(ks, now, p.needed(end(params), params.Interval))
-		if !fits {
-			return gcra.Params{}, false
-		}
-		if later == params {
-			return params, true
-		}
-		params = later
+	if !ok {
+		return gcra.Params{}, false
 	}
-	return gcra.Params{}, false
+	if later, ok := p.scaled(ks, now, p.needed(end(params), params.Interval)); !ok || later != params {
+		return gcra.Params{}, false
+	}
+	return params, true
 }
 
 // awaitShare takes a request whose first slot (at tatp) lies past the

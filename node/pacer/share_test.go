@@ -242,9 +242,9 @@ func TestPacer_SlowKeyNeedsTheShareForItsSlot(t *testing.T) {
 	}
 }
 
-// With a member not held, F falls and the claim stretches; the pacing
-// settles on the F of the claim it makes: a third of the members
-// unheld paces the slow key at 2/3 of its rate.
+// With a member not held now and beyond, F is smaller over the whole
+// claim and the claim stretches: a third of the members unheld paces the
+// slow key at 2/3 of its rate.
 func TestPacer_SlowKeySettlesOnItsF(t *testing.T) {
 	clock := &testClock{}
 	clock.Store(1e12)
@@ -262,5 +262,42 @@ func TestPacer_SlowKeySettlesOnItsF(t *testing.T) {
 	var le *raftpace.LimitExceededError
 	if _, _, err := p.Reserve(context.Background(), nil, "k", 1, 0); !errors.As(err, &le) || le.Wait != 15*time.Second {
 		t.Fatalf("second event: %v, want LimitExceededError waiting 15s (10s / (2/3))", err)
+	}
+}
+
+// A member that left gives its fraction back for every slot to come, so
+// past the other members' reach F is not 0 but that fraction. A slow
+// key's next slot there is not paced at it: it waits for the next round
+// of renewals. Paced at a third, each of the key's three queued callers
+// pushed its TAT three seconds on, and a fleet of 50 keys at 1/s admitted
+// 50 events every three seconds for 6-10 s after every replacement of a
+// member (measured with real agents, stop 31).
+func TestPacer_SlotPastTheReachWaitsDespiteAReleasedFraction(t *testing.T) {
+	clock := &testClock{}
+	clock.Store(1e12)
+	p := leadingPacer(t, clock.Load, fsm.Limit{Rate: 1, Burst: 1}, 20*time.Millisecond)
+	s := shares.New(clock.Load, 2*time.Second)
+	s.Lead([]fsm.Member{{ID: "a", Fraction: 1.0 / 3}, {ID: "b", Fraction: 1.0 / 3}, {ID: "c", Fraction: 1.0 / 3}})
+	p.Shares = s
+	follow(t, p)
+	now := clock.Load()
+	renewAll(s, now)
+	s.RoundDone()
+	clock.Add(int64(time.Second)) // b's and c's shares reach 1 s ahead
+	s.Release("a", clock.Load())
+	if l, _, err := p.TryLease("k", "m", 1, 5*time.Second); err != nil || l.Spacing != int64(time.Second) {
+		t.Fatalf("first slot, in reach: %+v, %v; want one at the full rate", l, err)
+	}
+	// The next slot is 1 s ahead and its claim needs the shares to reach
+	// 1.67 s: only a's released third does.
+	if l, _, err := p.TryLease("k", "m", 1, 5*time.Second); !errors.Is(err, wire.ErrWouldWait) {
+		t.Fatalf("second slot past the reach: %+v, %v; want ErrWouldWait", l, err)
+	}
+	now = clock.Load()
+	s.Renewed("b", now, now, wire.ShareAnswer{Fraction: 1.0 / 3})
+	s.Renewed("c", now, now, wire.ShareAnswer{Fraction: 1.0 / 3})
+	s.RoundDone()
+	if l, _, err := p.TryLease("k", "m", 1, 5*time.Second); err != nil || l.Spacing != int64(time.Second) || l.Base != int64(time.Second) {
+		t.Fatalf("second slot after the round: %+v, %v; want one 1 s ahead at the full rate", l, err)
 	}
 }
