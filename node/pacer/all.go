@@ -142,7 +142,9 @@ type allGrant struct {
 // slot does. Pacing it slower would be safe but self-feeding: with
 // callers queued deeper than the reach, every grant would stretch the
 // queue further, down to the leader's own fraction (a fleet of three
-// fell from 8/s to 2.5/s after a leader's kill until this rule). It
+// fell from 8/s to 2.5/s after a leader's kill until this rule). Nor is
+// it paced at a small F now when F rises at a known time soon enough to
+// end its claim sooner (riseFirst): it waits for the rise. It
 // fills each grant's TAT and returns the key that set the instant (last),
 // or the key that must wait for its share (short >= 0), or an error for a
 // count the key's burst refuses.
@@ -166,7 +168,7 @@ func (p *Pacer) instant(g []allGrant, now int64) (at int64, last, short int, err
 	for i := range g {
 		ks := g[i].ks
 		_, g[i].tat, _ = gcra.Reserve(ks.tat, params[i], at, g[i].want.Count) // checked above
-		if far, ok := p.scaled(ks, now, p.needed(g[i].tat, params[i].Interval)); !ok || far != params[i] {
+		if far, ok := p.scaled(ks, now, p.needed(g[i].tat, params[i].Interval)); !ok || far != params[i] || p.riseFirst(ks, now, params[i], g[i].tat) {
 			return 0, 0, i, nil
 		}
 	}

@@ -31,6 +31,11 @@ func (p *Pacer) scaled(ks *keyState, a, b int64) (gcra.Params, bool) {
 	if p.Shares != nil {
 		F = p.Shares.Fraction(a, b)
 	}
+	return scaledBy(ks, F)
+}
+
+// scaledBy returns the key's GCRA parameters at fraction F.
+func scaledBy(ks *keyState, F float64) (gcra.Params, bool) {
 	if F <= 0 {
 		return gcra.Params{}, false
 	}
@@ -113,6 +118,10 @@ type ShareSource interface {
 	// Overrun is how far past the shares' reach a grant paced at
 	// interval may claim the rate (wire.ShareOverrun).
 	Overrun(interval int64) int64
+	// Rise predicts the earliest slot time after now from which a
+	// fraction not held at now is counted, and F from then; false if
+	// none is known.
+	Rise(now int64) (at int64, F float64, ok bool)
 }
 
 // needed returns how far the shares must reach for a grant whose claim on
@@ -138,6 +147,8 @@ func (p *Pacer) needed(end, interval int64) int64 {
 // third released, 50 keys at 1/s queued three deep were paced at a third
 // for 6-10 s after every replacement of a member (real agents: 50 events
 // every three seconds, 26.8/s over 36 s with three replacements).
+//
+// A grant at a smaller F than a known rise of it (riseFirst) waits too.
 func (p *Pacer) settle(ks *keyState, now int64, end func(gcra.Params) int64) (gcra.Params, bool) {
 	params, ok := p.scaled(ks, now, now)
 	if !ok {
@@ -146,7 +157,32 @@ func (p *Pacer) settle(ks *keyState, now int64, end func(gcra.Params) int64) (gc
 	if later, ok := p.scaled(ks, now, p.needed(end(params), params.Interval)); !ok || later != params {
 		return gcra.Params{}, false
 	}
+	if p.riseFirst(ks, now, params, end(params)) {
+		return gcra.Params{}, false
+	}
 	return params, true
+}
+
+// riseFirst reports whether a grant paced at params (F below 1 now) whose
+// claim would end at end had better wait for F to rise: the shares know
+// when members not held now will be (they were in fallback and its grants
+// reach until then), and a claim made from then at the larger F would
+// end sooner. A slow key's claim at a small F reaches far: after a leader
+// died, its members' fallback grants of slow keys (their own overrun
+// ahead) left the new leader F = 1/6 for two seconds, a key at 1/s was
+// paced at one slot per 6 s, its three callers queued 18 s deep, and 50
+// such keys admitted 20.8/s of 50 through three leader kills. A fast
+// key's claim ends long before the rise and is granted at once.
+func (p *Pacer) riseFirst(ks *keyState, now int64, params gcra.Params, end int64) bool {
+	if p.Shares == nil || params == ks.params {
+		return false
+	}
+	at, F, ok := p.Shares.Rise(now)
+	if !ok || at >= end {
+		return false
+	}
+	later, ok := scaledBy(ks, F)
+	return ok && max(end-params.Interval, at)+later.Interval < end
 }
 
 // awaitShare takes a request whose first slot (at tatp) lies past the

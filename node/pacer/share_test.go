@@ -301,3 +301,49 @@ func TestPacer_SlotPastTheReachWaitsDespiteAReleasedFraction(t *testing.T) {
 		t.Fatalf("second slot after the round: %+v, %v; want one 1 s ahead at the full rate", l, err)
 	}
 }
+
+// A slow key is not paced at a small F that the shares know will rise
+// before its claim would end: after a leader's death, members whose
+// fallback grants still reach ahead are held only from then. Paced at F =
+// 1/3, a key at 1/s got one slot per 3 s; waiting for F = 1 at 1.5 s, its
+// next claim ends at 2.5 s instead of 3 s. A fast key is granted at once.
+func TestPacer_SlowKeyWaitsForAKnownRiseOfF(t *testing.T) {
+	for _, tc := range []struct {
+		rate float64
+		wait bool
+	}{{1, true}, {100, false}} {
+		clock := &testClock{}
+		clock.Store(1e12)
+		p := leadingPacer(t, clock.Load, fsm.Limit{Rate: tc.rate, Burst: 1}, 20*time.Millisecond)
+		s := shares.New(clock.Load, 2*time.Second)
+		s.Lead([]fsm.Member{{ID: "a", Fraction: 1.0 / 3}, {ID: "b", Fraction: 1.0 / 3}, {ID: "c", Fraction: 1.0 / 3}})
+		p.Shares = s
+		follow(t, p)
+		now := clock.Load()
+		busy := wire.ShareAnswer{Fraction: 1.0 / 3, Busy: 1500 * time.Millisecond}
+		s.Renewed("a", now, now, busy)
+		s.Renewed("b", now, now, busy)
+		s.Renewed("c", now, now, wire.ShareAnswer{Fraction: 1.0 / 3})
+		s.RoundDone()
+		l, _, err := p.TryLease("k", "m", 1, 5*time.Second)
+		if tc.wait {
+			if !errors.Is(err, wire.ErrWouldWait) {
+				t.Fatalf("%v/s at F = 1/3 rising to 1 in 1.5 s: %+v, %v; want ErrWouldWait", tc.rate, l, err)
+			}
+		} else if err != nil || l.Spacing != int64(3*time.Second/time.Duration(tc.rate)) {
+			t.Fatalf("%v/s at F = 1/3: %+v, %v; want a lease at once at a third of the rate", tc.rate, l, err)
+		}
+		if !tc.wait {
+			continue
+		}
+		clock.Add(int64(1500 * time.Millisecond))
+		now = clock.Load()
+		for _, id := range []string{"a", "b", "c"} {
+			s.Renewed(id, now, now, wire.ShareAnswer{Fraction: 1.0 / 3})
+		}
+		s.RoundDone()
+		if l, _, err := p.TryLease("k", "m", 1, 5*time.Second); err != nil || l.Spacing != int64(time.Second) {
+			t.Fatalf("after the rise: %+v, %v; want a slot at the full rate", l, err)
+		}
+	}
+}

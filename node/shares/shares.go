@@ -256,6 +256,57 @@ func (s *Shares) Fraction(a, b int64) float64 {
 	return F
 }
 
+// Rise predicts when F rises next: the earliest slot time after now from
+// which a member not counted at now will be (its fallback grants reach
+// until then, as its renewal answers said: its share is held from then
+// as long as it keeps answering; or a release recorded for later), and F
+// from then, if every member counted now still is. false: no rise is
+// known (a member that does not answer may be fenced or reaped, but when
+// is not known). A prediction for the pacer's choice between granting at
+// a small F now and waiting for a larger one, never a grant's F.
+func (s *Shares) Rise(now int64) (at int64, F float64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.leading {
+		return 0, 0, false
+	}
+	rise := func(st *shareState) int64 {
+		switch {
+		case st == nil || st.counted(now):
+			return 0
+		case st.releasedFrom > now:
+			return st.releasedFrom
+		case st.heldFrom > now:
+			return st.heldFrom
+		}
+		return 0
+	}
+	for id := range s.fracs {
+		if next := rise(s.by[id]); next != 0 && (!ok || next < at) {
+			at, ok = next, true
+		}
+	}
+	if !ok {
+		return 0, 0, false
+	}
+	F = 1
+	for id, committed := range s.fracs {
+		st := s.by[id]
+		if st != nil && st.counted(now) {
+			continue
+		}
+		if next := rise(st); next != 0 && next <= at {
+			continue
+		}
+		f := committed
+		if st != nil && st.reported > f {
+			f = st.reported
+		}
+		F -= f
+	}
+	return at, max(0, F), true
+}
+
 // unheld returns the fractions not held at now (each at the larger of its
 // committed and reported value); all of them when not leading.
 func (s *Shares) Unheld(now int64) []float64 {

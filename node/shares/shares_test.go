@@ -307,3 +307,31 @@ func TestShares_LatestReachCounts(t *testing.T) {
 		t.Fatalf("F once c reports nothing left = %v, want 1", f)
 	}
 }
+
+// Rise predicts when members whose fallback grants still reach ahead (or
+// whose release is recorded for later) will count, and F from then; a
+// silent member has no known rise and stays out of that F.
+func TestShares_RisePredictsTheFallbackReach(t *testing.T) {
+	clk := &fakeClock{t: int64(time.Second)}
+	s := New(clk.now, time.Second)
+	s.Lead(threeMembers())
+	if _, _, ok := s.Rise(clk.now()); ok {
+		t.Fatal("a rise known with no answer yet")
+	}
+	// a's fallback grants reach 2.5 s ahead (beyond its share's TTL); b
+	// is held now; c is silent.
+	s.Renewed("a", clk.now(), clk.now(), wire.ShareAnswer{Fraction: 1.0 / 3, Busy: 2500 * time.Millisecond})
+	s.Renewed("b", clk.now(), clk.now(), wire.ShareAnswer{Fraction: 1.0 / 3})
+	if f := s.Fraction(clk.now(), clk.now()); !near(f, 1.0/3) {
+		t.Fatalf("F now = %v, want 1/3 (only b held)", f)
+	}
+	at, F, ok := s.Rise(clk.now())
+	if !ok || at != clk.at(3500*time.Millisecond) || !near(F, 2.0/3) {
+		t.Fatalf("Rise = %v, %v, %v; want at 3.5 s, F 2/3 (c silent)", time.Duration(at), F, ok)
+	}
+	// c's release recorded for 2 s: the earlier rise, with a still out.
+	s.Release("c", clk.at(2*time.Second))
+	if at, F, ok := s.Rise(clk.now()); !ok || at != clk.at(2*time.Second) || !near(F, 2.0/3) {
+		t.Fatalf("Rise after c's release = %v, %v, %v; want at 2 s, F 2/3 (a still out)", time.Duration(at), F, ok)
+	}
+}
