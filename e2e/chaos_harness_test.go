@@ -90,7 +90,17 @@ type chaosOpts struct {
 	postgres bool          // run a throwaway Postgres in the namespace and pass --postgres
 	short    bool          // in the -short subset
 	settle   time.Duration // from the fault to measuring the degraded rate (default chaosSettle; negative: at once)
+	// slowKeys, when set, runs that many slow keys beside k: "s:0", "s:1",
+	// ... at slowRate, burst 1, by one template, with one closed-loop
+	// worker per key on every agent (a key's three callers queue three
+	// slots deep, past the shares' reach). The churn suite judges their
+	// rate in its fleet's phases (churnFinish): one 50/s key did not show
+	// that a membership change left slow keys at a third of their rate.
+	slowKeys int
 }
+
+// slowRate is the rate of each of a scenario's slow keys (chaosOpts.slowKeys).
+const slowRate = 1.0
 
 // scenario is one chaos scenario in progress.
 type scenario struct {
@@ -140,6 +150,9 @@ func newScenario(t *testing.T, id string, o chaosOpts) *scenario {
 	}
 	s.waitMembers(o.nodes, 20*time.Second)
 	s.c.agents[0].mustCLI("limit", "set", chaosKey, "--rate", fmt.Sprint(chaosRate), "--burst", fmt.Sprint(chaosBurst))
+	if o.slowKeys > 0 {
+		s.c.agents[0].mustCLI("limit", "set", "s:*", "--rate", fmt.Sprint(slowRate), "--burst", "1")
+	}
 	s.set = time.Now()
 	s.waitSteady(20 * time.Second)
 	time.Sleep(chaosBaseline)
@@ -173,6 +186,9 @@ func (s *scenario) startNode(k, expect int) *agent {
 	ip := nodeIP(k)
 	a.addrs = ready{Addr: ip + ":7400", GossipAddr: ip + ":7401", HTTPAddr: ip + ":7402"}
 	a.args = []string{"--log-level", "info", "--load", s.o.load, "--timeline", a.timeline}
+	for i := range s.o.slowKeys {
+		a.args = append(a.args, "--load", fmt.Sprintf("s:%d:1", i))
+	}
 	if expect > 0 {
 		a.args = append(a.args, "--bootstrap-expect", fmt.Sprint(expect))
 	}

@@ -240,10 +240,52 @@ func (s *scenario) churnFinish(churn string, phases []churnPhase) churnResult {
 		}
 		s.t.Logf("phase %s [%s .. %s]", res, s.clock(p.from), s.clock(p.to))
 		s.judge(res)
+		s.judgeSlow(evs, p)
 		r.phases = append(r.phases, res)
+	}
+	// The slow keys' burst (1) is below the members' count, so while
+	// members pace themselves (a leader died) each has a burst of one:
+	// their bound is R*W plus one event per member and one for the
+	// leader (DESIGN 5, "Degraded bursts"), not R*W + 1.
+	degraded := s.o.nodes + 2 // the members, a replacement joining, the leader's own
+	for i := range s.o.slowKeys {
+		key := fmt.Sprintf("s:%d", i)
+		if rep := check(evs, key, slowRate, degraded, s.set.Add(time.Second).UnixNano(), until.UnixNano()); !rep.OK() {
+			s.t.Errorf("slow key %s: ceiling exceeded (the degraded bound, burst %d):\n%s", key, degraded, rep.String())
+		}
 	}
 	recordChurn(s, churn, r)
 	return r
+}
+
+// slowLeast is the part of what a phase asks of k that the slow keys
+// must reach together (chaosOpts.slowKeys): a change of membership costs
+// each of them up to a slot (a leaver's lease), a sixth of a 6 s phase.
+const slowLeast = 0.8
+
+// judgeSlow measures the scenario's slow keys together over a fleet's
+// phase that is judged and fails the test below slowLeast of its least.
+func (s *scenario) judgeSlow(evs []timeline.Event, p churnPhase) {
+	s.t.Helper()
+	if s.o.slowKeys == 0 || p.least == 0 || p.node != "" {
+		return
+	}
+	var slow series
+	for _, e := range evs {
+		if strings.HasPrefix(e.Key, "s:") {
+			slow = append(slow, e.At)
+		}
+	}
+	slices.Sort(slow)
+	share := cmp.Or(p.share, 1)
+	all := float64(s.o.slowKeys) * slowRate
+	need := slowLeast * p.least * share * all
+	got := slow.rate(p.from, p.to)
+	s.t.Logf("phase %s: %d slow keys admitted %.1f/s together (%.0f%% of %.0f/s), want >= %.1f/s", p.label, s.o.slowKeys, got, 100*got/all, all, need)
+	if got < need {
+		s.t.Errorf("phase %s (%s .. %s): the %d slow keys admitted %.1f/s together, want >= %.1f/s (%.0f%% of what k must reach)",
+			p.label, s.clock(p.from), s.clock(p.to), s.o.slowKeys, got, need, 100*slowLeast)
+	}
 }
 
 // judge fails the test for a phase below (or above) what it must reach.
