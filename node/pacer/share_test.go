@@ -246,13 +246,7 @@ func TestPacer_SlowKeyNeedsTheShareForItsSlot(t *testing.T) {
 // claim and the claim stretches: a third of the members unheld paces the
 // slow key at 2/3 of its rate.
 func TestPacer_SlowKeySettlesOnItsF(t *testing.T) {
-	clock := &testClock{}
-	clock.Store(1e12)
-	p := leadingPacer(t, clock.Load, fsm.Limit{Rate: 0.1, Burst: 1}, 20*time.Millisecond)
-	s := shares.New(clock.Load, 2*time.Second)
-	s.Lead([]fsm.Member{{ID: "a", Fraction: 1.0 / 3}, {ID: "b", Fraction: 1.0 / 3}, {ID: "c", Fraction: 1.0 / 3}})
-	p.Shares = s
-	follow(t, p)
+	p, s, clock := thirdsPacer(t, 0.1)
 	now := clock.Load()
 	s.Renewed("a", now, now, wire.ShareAnswer{Fraction: 1.0 / 3})
 	s.Renewed("b", now, now, wire.ShareAnswer{Fraction: 1.0 / 3})
@@ -273,13 +267,7 @@ func TestPacer_SlowKeySettlesOnItsF(t *testing.T) {
 // 50 events every three seconds for 6-10 s after every replacement of a
 // member (measured with real agents, stop 31).
 func TestPacer_SlotPastTheReachWaitsDespiteAReleasedFraction(t *testing.T) {
-	clock := &testClock{}
-	clock.Store(1e12)
-	p := leadingPacer(t, clock.Load, fsm.Limit{Rate: 1, Burst: 1}, 20*time.Millisecond)
-	s := shares.New(clock.Load, 2*time.Second)
-	s.Lead([]fsm.Member{{ID: "a", Fraction: 1.0 / 3}, {ID: "b", Fraction: 1.0 / 3}, {ID: "c", Fraction: 1.0 / 3}})
-	p.Shares = s
-	follow(t, p)
+	p, s, clock := thirdsPacer(t, 1)
 	now := clock.Load()
 	renewAll(s, now)
 	s.RoundDone()
@@ -312,13 +300,7 @@ func TestPacer_SlowKeyWaitsForAKnownRiseOfF(t *testing.T) {
 		rate float64
 		wait bool
 	}{{1, true}, {100, false}} {
-		clock := &testClock{}
-		clock.Store(1e12)
-		p := leadingPacer(t, clock.Load, fsm.Limit{Rate: tc.rate, Burst: 1}, 20*time.Millisecond)
-		s := shares.New(clock.Load, 2*time.Second)
-		s.Lead([]fsm.Member{{ID: "a", Fraction: 1.0 / 3}, {ID: "b", Fraction: 1.0 / 3}, {ID: "c", Fraction: 1.0 / 3}})
-		p.Shares = s
-		follow(t, p)
+		p, s, clock := thirdsPacer(t, tc.rate)
 		now := clock.Load()
 		busy := wire.ShareAnswer{Fraction: 1.0 / 3, Busy: 1500 * time.Millisecond}
 		s.Renewed("a", now, now, busy)
@@ -346,4 +328,19 @@ func TestPacer_SlowKeyWaitsForAKnownRiseOfF(t *testing.T) {
 			t.Fatalf("after the rise: %+v, %v; want a slot at the full rate", l, err)
 		}
 	}
+}
+
+// thirdsPacer is a leading pacer for one key ("k" at rate, burst 1) whose
+// cluster has three members at a third each ("a", "b", "c"), none held
+// yet, shares reaching 2 s from each renewal.
+func thirdsPacer(t *testing.T, rate float64) (*Pacer, *shares.Shares, *testClock) {
+	t.Helper()
+	clock := &testClock{}
+	clock.Store(1e12)
+	p := leadingPacer(t, clock.Load, fsm.Limit{Rate: rate, Burst: 1}, 20*time.Millisecond)
+	s := shares.New(clock.Load, 2*time.Second)
+	s.Lead([]fsm.Member{{ID: "a", Fraction: 1.0 / 3}, {ID: "b", Fraction: 1.0 / 3}, {ID: "c", Fraction: 1.0 / 3}})
+	p.Shares = s
+	follow(t, p)
+	return p, s, clock
 }
