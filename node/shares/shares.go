@@ -196,6 +196,29 @@ func (s *Shares) Overrun(interval int64) int64 {
 // fracEpsilon is the rounding tolerance of a sum of fractions.
 const fracEpsilon = 1e-9
 
+// snap rounds F to 0 and 1 within fracEpsilon. Fractions are 1/N: their
+// sum is 1 only up to float rounding (ten of 0.1 leave 1.1e-16), and an F
+// of 1e-16 would stretch the emission interval past int64 in the pacer.
+func snap(F float64) float64 {
+	switch {
+	case F < fracEpsilon:
+		return 0
+	case F > 1-fracEpsilon:
+		return 1
+	}
+	return F
+}
+
+// weight is what member st's fraction counts for while it is not held:
+// the larger of its committed value and the value it last reported (a
+// member cut off may not have applied a shrink).
+func weight(committed float64, st *shareState) float64 {
+	if st != nil && st.reported > committed {
+		return st.reported
+	}
+	return committed
+}
+
 // Fraction returns F for slots in [a, b]: 1 minus the fractions not held
 // for the whole interval. 0 when not leading.
 func (s *Shares) Fraction(a, b int64) float64 {
@@ -211,10 +234,7 @@ func (s *Shares) Fraction(a, b int64) float64 {
 	from, until := int64(math.MinInt64), int64(math.MaxInt64)
 	for id, committed := range s.fracs {
 		st := s.by[id]
-		f := committed
-		if st != nil && st.reported > f {
-			f = st.reported
-		}
+		f := weight(committed, st)
 		if st != nil && st.releasedFrom != 0 && st.releasedFrom <= a {
 			from = max(from, st.releasedFrom)
 			continue
@@ -240,16 +260,7 @@ func (s *Shares) Fraction(a, b int64) float64 {
 			until = min(until, st.releasedFrom) // released later
 		}
 	}
-	// Fractions are 1/N: their sum is 1 only up to float rounding (ten of
-	// 0.1 leave 1.1e-16), and an F of 1e-16 would stretch the emission
-	// interval past int64 in scaled. Snap to 0 and 1 within fracEpsilon.
-	F := 1 - unheld
-	switch {
-	case F < fracEpsilon:
-		F = 0
-	case F > 1-fracEpsilon:
-		F = 1
-	}
+	F := snap(1 - unheld)
 	if a >= from && b < until {
 		s.cache = fcache{valid: true, from: from, until: until, f: F}
 	}
@@ -289,22 +300,15 @@ func (s *Shares) Rise(now int64) (at int64, F float64, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	F = 1
+	unheld := 0.0
 	for id, committed := range s.fracs {
 		st := s.by[id]
-		if st != nil && st.counted(now) {
+		if next := rise(st); (st != nil && st.counted(now)) || (next != 0 && next <= at) {
 			continue
 		}
-		if next := rise(st); next != 0 && next <= at {
-			continue
-		}
-		f := committed
-		if st != nil && st.reported > f {
-			f = st.reported
-		}
-		F -= f
+		unheld += weight(committed, st)
 	}
-	return at, max(0, F), true
+	return at, snap(1 - unheld), true
 }
 
 // unheld returns the fractions not held at now (each at the larger of its
@@ -315,10 +319,7 @@ func (s *Shares) Unheld(now int64) []float64 {
 	var out []float64
 	for id, committed := range s.fracs {
 		st := s.by[id]
-		f := committed
-		if st != nil && st.reported > f {
-			f = st.reported
-		}
+		f := weight(committed, st)
 		if s.leading && st != nil && st.counted(now) {
 			continue
 		}
@@ -344,7 +345,7 @@ func (s *Shares) View() (held float64, members map[string]MemberView) {
 			v.Reported = st.reported
 		}
 		if !v.Held {
-			held -= max(committed, v.Reported)
+			held -= weight(committed, st)
 		}
 		members[id] = v
 	}
