@@ -202,6 +202,7 @@ func (s *scenario) churnFinish(churn string, phases []churnPhase) churnResult {
 	s.t.Log(r.rep.String())
 	s.t.Log("admitted per second (by node), seconds since the limit was set:\n" + s.perSecond(evs, until))
 	fleet := keySeries(evs, chaosKey)
+	slow := prefixSeries(evs, "s:") // chaosOpts.slowKeys
 	for _, p := range phases {
 		if p.to.IsZero() || p.to.After(until) {
 			p.to = until
@@ -240,7 +241,7 @@ func (s *scenario) churnFinish(churn string, phases []churnPhase) churnResult {
 		}
 		s.t.Logf("phase %s [%s .. %s]", res, s.clock(p.from), s.clock(p.to))
 		s.judge(res)
-		s.judgeSlow(evs, p)
+		s.judgeSlow(slow, p)
 		r.phases = append(r.phases, res)
 	}
 	// The slow keys' burst (1) is below the members' count, so while
@@ -265,18 +266,12 @@ const slowLeast = 0.8
 
 // judgeSlow measures the scenario's slow keys together over a fleet's
 // phase that is judged and fails the test below slowLeast of its least.
-func (s *scenario) judgeSlow(evs []timeline.Event, p churnPhase) {
+// slow holds the events of every slow key.
+func (s *scenario) judgeSlow(slow series, p churnPhase) {
 	s.t.Helper()
 	if s.o.slowKeys == 0 || p.least == 0 || p.node != "" {
 		return
 	}
-	var slow series
-	for _, e := range evs {
-		if strings.HasPrefix(e.Key, "s:") {
-			slow = append(slow, e.At)
-		}
-	}
-	slices.Sort(slow)
 	share := cmp.Or(p.share, 1)
 	all := float64(s.o.slowKeys) * slowRate
 	need := slowLeast * p.least * share * all

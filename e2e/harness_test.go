@@ -469,6 +469,19 @@ func keySeries(evs []timeline.Event, key string) series {
 	return s
 }
 
+// prefixSeries is the events of every key starting with prefix, merged
+// in time order: several keys' rate together.
+func prefixSeries(evs []timeline.Event, prefix string) series {
+	var s series
+	for _, e := range evs {
+		if strings.HasPrefix(e.Key, prefix) {
+			s = append(s, e.At)
+		}
+	}
+	slices.Sort(s)
+	return s
+}
+
 // count is the number of events in [from, to).
 func (s series) count(from, to time.Time) int {
 	lo, _ := slices.BinarySearch(s, from.UnixNano())
