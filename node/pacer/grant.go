@@ -135,9 +135,9 @@ func (p *Pacer) needed(end, interval int64) int64 {
 	return end - p.Shares.Overrun(interval)
 }
 
-// settle returns the key's parameters for a grant at now whose claim on
-// the rate ends at end(params): scaled by F at now, if the shares hold
-// that F over the whole of [now, needed(end)]. !ok: they do not, or F is
+// pacing returns the key's parameters for a grant at now of the slot at
+// tatp, whose claim on the rate ends one interval later: scaled by F at
+// now, if the shares hold that F over the whole of [now, needed(end)]. !ok: they do not, or F is
 // 0. A claim that runs past the reach of the shares held now would be
 // paced at the smaller F held there, down to the fractions of members
 // that left (a released fraction counts for every slot to come); it waits
@@ -149,15 +149,16 @@ func (p *Pacer) needed(end, interval int64) int64 {
 // every three seconds, 26.8/s over 36 s with three replacements).
 //
 // A grant at a smaller F than a known rise of it (riseFirst) waits too.
-func (p *Pacer) settle(ks *keyState, now int64, end func(gcra.Params) int64) (gcra.Params, bool) {
+func (p *Pacer) pacing(ks *keyState, now, tatp int64) (gcra.Params, bool) {
 	params, ok := p.scaled(ks, now, now)
 	if !ok {
 		return gcra.Params{}, false
 	}
-	if later, ok := p.scaled(ks, now, p.needed(end(params), params.Interval)); !ok || later != params {
+	end := tatp + params.Interval
+	if later, ok := p.scaled(ks, now, p.needed(end, params.Interval)); !ok || later != params {
 		return gcra.Params{}, false
 	}
-	if p.riseFirst(ks, now, params, end(params)) {
+	if p.riseFirst(ks, now, params, end) {
 		return gcra.Params{}, false
 	}
 	return params, true
@@ -260,7 +261,7 @@ func (p *Pacer) passShare(ks *keyState, now int64) {
 		return
 	}
 	tatp := max(now, ks.tat)
-	if _, ok := p.settle(ks, now, func(q gcra.Params) int64 { return tatp + q.Interval }); ok {
+	if _, ok := p.pacing(ks, now, tatp); ok {
 		close(ks.shareQ[0].ch)
 		ks.shareQ[0] = nil
 		ks.shareQ = ks.shareQ[1:]
@@ -384,7 +385,7 @@ func (p *Pacer) lease(ctx context.Context, done <-chan struct{}, key, holder str
 		tatp := max(now, ks.tat)
 		// Scale for the first slot; a lease of several slots is cut below
 		// to those the share reaches.
-		params, ok := p.settle(ks, now, func(q gcra.Params) int64 { return tatp + q.Interval })
+		params, ok := p.pacing(ks, now, tatp)
 		if ok && len(ks.shareQ) > 0 && !w.turn {
 			// Others wait for the key's share before it: behind them
 			// (the first may take this slot now).
