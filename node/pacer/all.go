@@ -168,7 +168,7 @@ func (p *Pacer) instant(g []allGrant, now int64) (at int64, last, short int, err
 	for i := range g {
 		ks := g[i].ks
 		_, g[i].tat, _ = gcra.Reserve(ks.tat, params[i], at, g[i].want.Count) // checked above
-		if far, ok := p.scaled(ks, now, p.needed(g[i].tat, params[i].Interval)); !ok || far != params[i] || p.riseFirst(ks, now, params[i], g[i].tat) {
+		if !p.holds(ks, now, params[i], g[i].tat) {
 			return 0, 0, i, nil
 		}
 	}

@@ -154,14 +154,19 @@ func (p *Pacer) pacing(ks *keyState, now, tatp int64) (gcra.Params, bool) {
 	if !ok {
 		return gcra.Params{}, false
 	}
-	end := tatp + params.Interval
-	if later, ok := p.scaled(ks, now, p.needed(end, params.Interval)); !ok || later != params {
-		return gcra.Params{}, false
-	}
-	if p.riseFirst(ks, now, params, end) {
+	if !p.holds(ks, now, params, tatp+params.Interval) {
 		return gcra.Params{}, false
 	}
 	return params, true
+}
+
+// holds reports whether a grant at now paced at params (F at now) whose
+// claim ends at end may be made now: the shares hold that F over all of
+// the claim but its overrun, and no known rise of F ends the claim sooner
+// (riseFirst). Leases (pacing) and ReserveAll (instant) alike.
+func (p *Pacer) holds(ks *keyState, now int64, params gcra.Params, end int64) bool {
+	later, ok := p.scaled(ks, now, p.needed(end, params.Interval))
+	return ok && later == params && !p.riseFirst(ks, now, params, end)
 }
 
 // riseFirst reports whether a grant paced at params (F below 1 now) whose
